@@ -1,0 +1,393 @@
+"""The `wave` dialect: a streaming model's graph, one session's view of one beat.
+
+Tensors are builtin float32 ranked tensors. Before `wave-cohort` they have per-session shapes; after it,
+every activation and state value carries the cohort (session) axis outermost and the module has the
+attribute ``wave.cohort = N``; weights keep their shapes (the cohort shares them).
+
+Session semantics are first class:
+- ``wave.input "x"``: this beat's frame of model input x;
+- ``wave.weight "w"``: a tensor shared by the cohort; its bytes live outside the IR in a blob keyed by name;
+- ``wave.state "h"``: the value of persistent state h at the start of the beat (initial value: blob "h");
+- ``wave.state_write "h", %v``: the value h takes for the next beat (exactly one per state);
+- ``wave.output "y", %v``: this beat's output y.
+Compute ops follow numpy/ONNX semantics: ``wave.ewise`` (a float32 expression over broadcast inputs,
+see wavec/opcodes.py), ``wave.matmul`` (numpy matmul, rank >= 2), ``wave.conv`` (ONNX Conv over NC +
+spatial, extra leading axes are batch), ``wave.reduce``, ``wave.concat``, ``wave.slice``,
+``wave.transpose``, ``wave.reshape``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    DenseArrayBase,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    f32,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    var_operand_def,
+    AttrSizedOperandSegments,
+)
+from xdsl.utils.exceptions import VerifyException
+
+from wavec.opcodes import REDUCE_KINDS, parse_expr
+
+F32Tensor = TensorType
+
+
+def tensor(shape: Sequence[int]) -> TensorType:
+    return TensorType(f32, list(shape))
+
+
+def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
+    typ = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(typ, TensorType)
+    return tuple(typ.get_shape())
+
+
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, [int(v) for v in values])
+
+
+def _check_f32_tensor(op: IRDLOperation, what: str, typ: Attribute) -> None:
+    if not isinstance(typ, TensorType) or typ.get_element_type() != f32:
+        raise VerifyException(f"{op.name}: {what} must be a float32 ranked tensor, got {typ}")
+    if any(d < 0 for d in typ.get_shape()):
+        raise VerifyException(f"{op.name}: {what} has a dynamic dimension; wave tensors are static")
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        return None
+
+
+class _Named(IRDLOperation):
+    """Session boundary ops: a property ``name`` that keys the model input, weight, state or output."""
+
+    irdl_options = (ParsePropInAttrDict(),)
+
+    @property
+    def sym(self) -> str:
+        return self.properties["name"].data  # type: ignore[union-attr]
+
+
+@irdl_op_definition
+class InputOp(_Named):
+    name = "wave.input"
+    sym_name = prop_def(StringAttr, prop_name="name")
+    result = result_def(TensorType)
+    assembly_format = "$name attr-dict `:` type($result)"
+
+    def __init__(self, name: str, shape: Sequence[int], attributes: dict | None = None):
+        super().__init__(properties={"name": StringAttr(name)}, result_types=[tensor(shape)], attributes=attributes)
+
+    def verify_(self) -> None:
+        _check_f32_tensor(self, "input", self.result.type)
+
+
+@irdl_op_definition
+class WeightOp(_Named):
+    name = "wave.weight"
+    sym_name = prop_def(StringAttr, prop_name="name")
+    result = result_def(TensorType)
+    assembly_format = "$name attr-dict `:` type($result)"
+
+    def __init__(self, name: str, shape: Sequence[int]):
+        super().__init__(properties={"name": StringAttr(name)}, result_types=[tensor(shape)])
+
+    def verify_(self) -> None:
+        _check_f32_tensor(self, "weight", self.result.type)
+
+
+@irdl_op_definition
+class StateOp(_Named):
+    name = "wave.state"
+    sym_name = prop_def(StringAttr, prop_name="name")
+    result = result_def(TensorType)
+    assembly_format = "$name attr-dict `:` type($result)"
+
+    def __init__(self, name: str, shape: Sequence[int], attributes: dict | None = None):
+        super().__init__(properties={"name": StringAttr(name)}, result_types=[tensor(shape)], attributes=attributes)
+
+    def verify_(self) -> None:
+        _check_f32_tensor(self, "state", self.result.type)
+        writes = [
+            op for op in (self.parent_block().ops if self.parent_block() else [])
+            if isinstance(op, StateWriteOp) and op.sym == self.sym
+        ]
+        if len(writes) != 1:
+            raise VerifyException(f"wave.state {self.sym!r} must have exactly one wave.state_write, found {len(writes)}")
+        if writes[0].value.type != self.result.type:
+            raise VerifyException(
+                f"wave.state_write {self.sym!r} writes {writes[0].value.type}, the state is {self.result.type}"
+            )
+
+
+@irdl_op_definition
+class StateWriteOp(_Named):
+    name = "wave.state_write"
+    sym_name = prop_def(StringAttr, prop_name="name")
+    value = operand_def(TensorType)
+    assembly_format = "$name `,` $value attr-dict `:` type($value)"
+
+    def __init__(self, name: str, value: SSAValue):
+        super().__init__(properties={"name": StringAttr(name)}, operands=[value])
+
+
+@irdl_op_definition
+class OutputOp(_Named):
+    name = "wave.output"
+    sym_name = prop_def(StringAttr, prop_name="name")
+    value = operand_def(TensorType)
+    assembly_format = "$name `,` $value attr-dict `:` type($value)"
+
+    def __init__(self, name: str, value: SSAValue, attributes: dict | None = None):
+        super().__init__(properties={"name": StringAttr(name)}, operands=[value], attributes=attributes)
+
+    def verify_(self) -> None:
+        _check_f32_tensor(self, "output", self.value.type)
+
+
+@irdl_op_definition
+class EwiseOp(IRDLOperation):
+    """``result = expr(%0, %1, ...)`` elementwise with numpy broadcasting to the result shape."""
+
+    name = "wave.ewise"
+    expr = prop_def(StringAttr)
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$expr `(` $inputs `)` attr-dict `:` functional-type($inputs, $result)"
+
+    def __init__(self, expr: str, inputs: Sequence[SSAValue], shape: Sequence[int]):
+        super().__init__(properties={"expr": StringAttr(expr)}, operands=[list(inputs)], result_types=[tensor(shape)])
+
+    def verify_(self) -> None:
+        try:
+            expr = parse_expr(self.expr.data)
+        except ValueError as e:
+            raise VerifyException(f"wave.ewise: {e}") from e
+        used = expr.inputs()
+        if used and max(used) >= len(self.inputs):
+            raise VerifyException(f"wave.ewise: expression uses %{max(used)} but the op has {len(self.inputs)} inputs")
+        out = shape_of(self.result)
+        shapes = [shape_of(v) for v in self.inputs]
+        if broadcast_shapes([*shapes, out]) != out:
+            raise VerifyException(f"wave.ewise: inputs {shapes} do not broadcast to the result shape {list(out)}")
+
+
+@irdl_op_definition
+class MatmulOp(IRDLOperation):
+    """numpy ``matmul(a, b)`` for operands of rank >= 2 (batch axes broadcast)."""
+
+    name = "wave.matmul"
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = "$a `,` $b attr-dict `:` functional-type(operands, $result)"
+
+    def __init__(self, a: SSAValue, b: SSAValue, shape: Sequence[int]):
+        super().__init__(operands=[a, b], result_types=[tensor(shape)])
+
+    def verify_(self) -> None:
+        sa, sb, out = shape_of(self.a), shape_of(self.b), shape_of(self.result)
+        if len(sa) < 2 or len(sb) < 2:
+            raise VerifyException(f"wave.matmul: operands must have rank >= 2, got {list(sa)} and {list(sb)}")
+        if sa[-1] != sb[-2]:
+            raise VerifyException(f"wave.matmul: contraction mismatch {list(sa)} x {list(sb)}")
+        batch = broadcast_shapes([sa[:-2], sb[:-2]])
+        if batch is None or out != (*batch, sa[-2], sb[-1]):
+            raise VerifyException(f"wave.matmul: {list(sa)} x {list(sb)} cannot give {list(out)}")
+
+
+def conv_out_size(size: int, kernel: int, stride: int, dilation: int, pad_total: int) -> int:
+    return (size + pad_total - dilation * (kernel - 1) - 1) // stride + 1
+
+
+@irdl_op_definition
+class ConvOp(IRDLOperation):
+    """ONNX Conv: x [..., C_in, *spatial], w [C_out, C_in/group, *kernel], optional bias [C_out];
+    ``pads`` is [begin..., end...] per spatial axis."""
+
+    name = "wave.conv"
+    x = operand_def(TensorType)
+    w = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = prop_def(DenseArrayBase)
+    pads = prop_def(DenseArrayBase)
+    dilations = prop_def(DenseArrayBase)
+    group = prop_def(IntegerAttr)
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = "$x `,` $w (`bias` $bias^)? attr-dict `:` type($x) `,` type($w) (`,` type($bias)^)? `->` type($result)"
+
+    def __init__(self, x, w, bias, shape, strides, pads, dilations, group: int):
+        super().__init__(
+            operands=[x, w, [bias] if bias is not None else []],
+            result_types=[tensor(shape)],
+            properties={
+                "strides": i64_array(strides),
+                "pads": i64_array(pads),
+                "dilations": i64_array(dilations),
+                "group": IntegerAttr(group, i64),
+            },
+        )
+
+    def verify_(self) -> None:
+        sx, sw, out = shape_of(self.x), shape_of(self.w), shape_of(self.result)
+        nsp = len(sw) - 2
+        st, pd, dl = (tuple(a.get_values()) for a in (self.strides, self.pads, self.dilations))
+        g = self.group.value.data
+        if nsp < 1 or len(sx) < nsp + 1 or len(st) != nsp or len(dl) != nsp or len(pd) != 2 * nsp:
+            raise VerifyException(f"wave.conv: inconsistent ranks x {list(sx)}, w {list(sw)}, strides {st}, pads {pd}")
+        c_in = sx[-nsp - 1]
+        if g < 1 or c_in != sw[1] * g or sw[0] % g:
+            raise VerifyException(f"wave.conv: channels x {c_in}, w {list(sw)}, group {g} do not match")
+        if self.bias is not None and shape_of(self.bias) != (sw[0],):
+            raise VerifyException(f"wave.conv: bias must be [{sw[0]}], got {list(shape_of(self.bias))}")
+        sp = tuple(conv_out_size(sx[-nsp + i], sw[2 + i], st[i], dl[i], pd[i] + pd[nsp + i]) for i in range(nsp))
+        if out != (*sx[: -nsp - 1], sw[0], *sp):
+            raise VerifyException(f"wave.conv: result {list(out)} should be {[*sx[:-nsp - 1], sw[0], *sp]}")
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    name = "wave.reduce"
+    kind = prop_def(StringAttr)
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    axes = prop_def(DenseArrayBase)
+    keepdims = prop_def(BoolAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$kind $x attr-dict `:` functional-type($x, $result)"
+
+    def __init__(self, kind: str, x: SSAValue, axes: Sequence[int], keepdims: bool, shape: Sequence[int]):
+        super().__init__(
+            operands=[x],
+            result_types=[tensor(shape)],
+            properties={"kind": StringAttr(kind), "axes": i64_array(axes), "keepdims": BoolAttr.from_bool(keepdims)},
+        )
+
+    def verify_(self) -> None:
+        if self.kind.data not in REDUCE_KINDS:
+            raise VerifyException(f"wave.reduce: unknown kind {self.kind.data!r}; one of {', '.join(REDUCE_KINDS)}")
+        sx, axes = shape_of(self.x), tuple(self.axes.get_values())
+        if any(not 0 <= a < len(sx) for a in axes) or len(set(axes)) != len(axes):
+            raise VerifyException(f"wave.reduce: axes {list(axes)} invalid for rank {len(sx)}")
+        keep = self.keepdims.value.data
+        want = tuple((1 if i in axes else d) for i, d in enumerate(sx) if keep or i not in axes)
+        if shape_of(self.result) != want:
+            raise VerifyException(f"wave.reduce: result {list(shape_of(self.result))} should be {list(want)}")
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    name = "wave.concat"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type($inputs, $result)"
+
+    def __init__(self, inputs: Sequence[SSAValue], axis: int, shape: Sequence[int]):
+        super().__init__(operands=[list(inputs)], result_types=[tensor(shape)], properties={"axis": IntegerAttr(axis, i64)})
+
+    def verify_(self) -> None:
+        shapes, axis, out = [shape_of(v) for v in self.inputs], self.axis.value.data, shape_of(self.result)
+        if not shapes or not 0 <= axis < len(out):
+            raise VerifyException(f"wave.concat: axis {axis} invalid for rank {len(out)}")
+        for s in shapes:
+            if len(s) != len(out) or any(a != b for i, (a, b) in enumerate(zip(s, out)) if i != axis):
+                raise VerifyException(f"wave.concat: input {list(s)} does not match result {list(out)} off axis {axis}")
+        if sum(s[axis] for s in shapes) != out[axis]:
+            raise VerifyException(f"wave.concat: inputs sum to {sum(s[axis] for s in shapes)} along axis {axis}, result has {out[axis]}")
+
+
+@irdl_op_definition
+class SliceOp(IRDLOperation):
+    """result[i] = x[starts + i * steps] per axis; the result type gives the sizes. Steps may be negative."""
+
+    name = "wave.slice"
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    starts = prop_def(DenseArrayBase)
+    steps = prop_def(DenseArrayBase)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$x attr-dict `:` functional-type($x, $result)"
+
+    def __init__(self, x: SSAValue, starts: Sequence[int], steps: Sequence[int], shape: Sequence[int]):
+        super().__init__(
+            operands=[x], result_types=[tensor(shape)], properties={"starts": i64_array(starts), "steps": i64_array(steps)}
+        )
+
+    def verify_(self) -> None:
+        sx, out = shape_of(self.x), shape_of(self.result)
+        starts, steps = self.starts.get_values(), self.steps.get_values()
+        if not len(sx) == len(out) == len(starts) == len(steps):
+            raise VerifyException(f"wave.slice: rank mismatch between x {list(sx)}, result {list(out)}, starts, steps")
+        for d, (size, n, s0, st) in enumerate(zip(sx, out, starts, steps)):
+            last = s0 + (n - 1) * st
+            if st == 0 or (n > 0 and not (0 <= s0 < size and 0 <= last < size)):
+                raise VerifyException(f"wave.slice: axis {d} reads {s0}..{last} step {st} outside [0, {size})")
+
+
+@irdl_op_definition
+class TransposeOp(IRDLOperation):
+    name = "wave.transpose"
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    perm = prop_def(DenseArrayBase)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$x attr-dict `:` functional-type($x, $result)"
+
+    def __init__(self, x: SSAValue, perm: Sequence[int]):
+        shape = [shape_of(x)[p] for p in perm]
+        super().__init__(operands=[x], result_types=[tensor(shape)], properties={"perm": i64_array(perm)})
+
+    def verify_(self) -> None:
+        sx, perm = shape_of(self.x), tuple(self.perm.get_values())
+        if sorted(perm) != list(range(len(sx))):
+            raise VerifyException(f"wave.transpose: perm {list(perm)} is not a permutation of rank {len(sx)}")
+        if shape_of(self.result) != tuple(sx[p] for p in perm):
+            raise VerifyException(f"wave.transpose: result {list(shape_of(self.result))} does not match perm {list(perm)}")
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """Same elements in row-major order, new shape (Reshape, Flatten, Squeeze, Unsqueeze)."""
+
+    name = "wave.reshape"
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = "$x attr-dict `:` functional-type($x, $result)"
+
+    def __init__(self, x: SSAValue, shape: Sequence[int]):
+        super().__init__(operands=[x], result_types=[tensor(shape)])
+
+    def verify_(self) -> None:
+        a, b = np.prod(shape_of(self.x), dtype=np.int64), np.prod(shape_of(self.result), dtype=np.int64)
+        if a != b:
+            raise VerifyException(f"wave.reshape: {list(shape_of(self.x))} ({a} elements) cannot become {list(shape_of(self.result))} ({b})")
+
+
+COMPUTE_OPS = (EwiseOp, MatmulOp, ConvOp, ReduceOp, ConcatOp, SliceOp, TransposeOp, ReshapeOp)
+BOUNDARY_OPS = (InputOp, WeightOp, StateOp, StateWriteOp, OutputOp)
+
+Wave = Dialect("wave", [*BOUNDARY_OPS, *COMPUTE_OPS], [])

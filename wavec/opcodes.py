@@ -1,0 +1,476 @@
+"""The task instruction set: what one task of each opcode computes, and how its parameters are packed.
+
+This module is the contract between the compiler (which writes parameters), the targets (the numpy
+interpreter and the CUDA kernel, which execute them) and the verifier (which derives every byte a task
+touches from them). It imports numpy alone, so the runtime path stays free of xDSL.
+
+Conventions, shared by every opcode:
+- All runtime tensors are float32; element offsets and strides are in elements (4 bytes).
+- A task covers the sessions ``[session_begin, session_end)`` and the flat output elements
+  ``[elem_begin, elem_end)`` of one session's iteration space (row-major over ``shape``).
+- Operand ``k`` of session ``s`` starts at byte ``offset[k] + s * session_stride[k]`` of its arena; a
+  view's strides (which may be negative or zero) are relative to that start.
+- Inputs occupy operand slots ``0 .. n_inputs-1``; the output is always slot ``OUT`` (4).
+- Parameters live in one int64 table (``params.bin``); a payload names its block by word offset.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_INPUTS = 4
+OUT = 4
+ELEM_BYTES = 4
+
+
+class Arena(enum.IntEnum):
+    """Fixed device memory regions. INPUT and OUTPUT are double-buffered: beat b uses half b % 2."""
+
+    WEIGHTS = 0  # read-only, shared by the cohort (also state initial values)
+    STATE = 1  # one slot per session, persistent across beats
+    ACT = 2  # activations, offsets recycled by liveness within a beat
+    INPUT = 3  # this beat's frames and reset flags
+    OUTPUT = 4  # this beat's outputs
+
+
+DOUBLE_BUFFERED = (Arena.INPUT, Arena.OUTPUT)
+
+
+class Opcode(enum.IntEnum):
+    EWISE = 1
+    MATMUL = 2
+    CONV = 3
+    REDUCE = 4
+
+
+# --------------------------------------------------------------------------------------------
+# Elementwise expressions: text form (in the IR) <-> bytecode (in params) <-> numpy / CUDA C.
+
+UNARY = {
+    "neg": ("np.negative(a)", "-a"),
+    "abs": ("np.abs(a)", "fabsf(a)"),
+    "relu": ("np.maximum(a, np.float32(0))", "fmaxf(a, 0.0f)"),
+    "sigmoid": ("np.float32(1) / (np.float32(1) + np.exp(-a))", "1.0f / (1.0f + expf(-a))"),
+    "tanh": ("np.tanh(a)", "tanhf(a)"),
+    "exp": ("np.exp(a)", "expf(a)"),
+    "log": ("np.log(a)", "logf(a)"),
+    "sqrt": ("np.sqrt(a)", "sqrtf(a)"),
+    "reciprocal": ("np.float32(1) / a", "1.0f / a"),
+    "floor": ("np.floor(a)", "floorf(a)"),
+    "ceil": ("np.ceil(a)", "ceilf(a)"),
+    "sin": ("np.sin(a)", "sinf(a)"),
+    "cos": ("np.cos(a)", "cosf(a)"),
+    "softplus": ("np.log1p(np.exp(a))", "log1pf(expf(a))"),
+    "sign": ("np.sign(a)", "(float)((a > 0.0f) - (a < 0.0f))"),
+    "not": ("(a == 0).astype(np.float32)", "(a == 0.0f ? 1.0f : 0.0f)"),
+    "round": ("np.round(a)", "rintf(a)"),
+}
+BINARY = {
+    "add": ("a + b", "a + b"),
+    "sub": ("a - b", "a - b"),
+    "mul": ("a * b", "a * b"),
+    "div": ("a / b", "a / b"),
+    "pow": ("np.power(a, b)", "powf(a, b)"),
+    "max": ("np.maximum(a, b)", "fmaxf(a, b)"),
+    "min": ("np.minimum(a, b)", "fminf(a, b)"),
+    "eq": ("(a == b).astype(np.float32)", "(a == b ? 1.0f : 0.0f)"),
+    "lt": ("(a < b).astype(np.float32)", "(a < b ? 1.0f : 0.0f)"),
+    "gt": ("(a > b).astype(np.float32)", "(a > b ? 1.0f : 0.0f)"),
+    "le": ("(a <= b).astype(np.float32)", "(a <= b ? 1.0f : 0.0f)"),
+    "ge": ("(a >= b).astype(np.float32)", "(a >= b ? 1.0f : 0.0f)"),
+    "fmod": ("np.fmod(a, b)", "fmodf(a, b)"),
+}
+TERNARY = {"select": ("np.where(c != 0, a, b)", "(c != 0.0f ? a : b)")}
+
+UNARY_CODES = {name: i for i, name in enumerate(UNARY)}
+BINARY_CODES = {name: i for i, name in enumerate(BINARY)}
+TERNARY_CODES = {name: i for i, name in enumerate(TERNARY)}
+
+
+class Insn(enum.IntEnum):
+    INPUT = 1
+    CONST = 2
+    UNARY = 3
+    BINARY = 4
+    TERNARY = 5
+
+
+def _word(kind: Insn, code: int, arg: int) -> int:
+    return (int(kind) << 40) | (code << 32) | (arg & 0xFFFFFFFF)
+
+
+def decode_insn(word: int) -> tuple[Insn, int, int]:
+    return Insn(word >> 40), (word >> 32) & 0xFF, word & 0xFFFFFFFF
+
+
+def f32_bits(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def bits_f32(bits: int) -> np.float32:
+    return np.frombuffer(struct.pack("<I", bits), np.float32)[0]
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A node of an elementwise expression: an input ``%i``, a float32 constant, or an applied function."""
+
+    kind: str  # "input" | "const" | "call"
+    value: object  # input index, float value, or function name
+    args: tuple["Expr", ...] = ()
+
+    def __str__(self) -> str:
+        if self.kind == "input":
+            return f"%{self.value}"
+        if self.kind == "const":
+            return repr(float(np.float32(self.value)))
+        return f"{self.value}({', '.join(str(a) for a in self.args)})"
+
+    def inputs(self) -> set[int]:
+        if self.kind == "input":
+            return {int(self.value)}  # type: ignore[arg-type]
+        return set().union(*(a.inputs() for a in self.args)) if self.args else set()
+
+    def substitute(self, mapping: dict[int, "Expr"]) -> "Expr":
+        """Replaces each input ``%i`` by ``mapping[i]``: how fusion composes a producer into its user."""
+        if self.kind == "input":
+            return mapping[int(self.value)]  # type: ignore[arg-type]
+        if self.kind == "const":
+            return self
+        return Expr("call", self.value, tuple(a.substitute(mapping) for a in self.args))
+
+
+ARITY = {**{n: 1 for n in UNARY}, **{n: 2 for n in BINARY}, **{n: 3 for n in TERNARY}}
+_TOKEN = re.compile(r"\s*(?:(%\d+)|([A-Za-z_]\w*)|([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan))|(.))")
+
+
+def parse_expr(text: str) -> Expr:
+    """Parses ``add(%0, mul(%1, 0.5))``. Raises ValueError naming the position of a malformed token."""
+    tokens = [m for m in _TOKEN.finditer(text) if m.group(0).strip()]
+    pos = 0
+
+    def expect(ch: str) -> None:
+        nonlocal pos
+        if pos >= len(tokens) or tokens[pos].group(4) != ch:
+            raise ValueError(f"expression {text!r}: expected {ch!r} at token {pos}")
+        pos += 1
+
+    def parse() -> Expr:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ValueError(f"expression {text!r} ends early")
+        tok = tokens[pos]
+        pos += 1
+        if tok.group(1):
+            return Expr("input", int(tok.group(1)[1:]))
+        if tok.group(3):
+            return Expr("const", float(np.float32(float(tok.group(3)))))
+        name = tok.group(2)
+        if name in ("inf", "nan"):
+            return Expr("const", float(name))
+        if name not in ARITY:
+            raise ValueError(f"expression {text!r}: unknown function {name!r}")
+        expect("(")
+        args = [parse()]
+        while pos < len(tokens) and tokens[pos].group(4) == ",":
+            pos += 1
+            args.append(parse())
+        expect(")")
+        if len(args) != ARITY[name]:
+            raise ValueError(f"expression {text!r}: {name} takes {ARITY[name]} arguments, got {len(args)}")
+        return Expr("call", name, tuple(args))
+
+    expr = parse()
+    if pos != len(tokens):
+        raise ValueError(f"expression {text!r}: trailing text at token {pos}")
+    return expr
+
+
+def compile_expr(expr: Expr) -> list[int]:
+    """Postfix bytecode for a stack machine (at most 16 deep in the CUDA body)."""
+    if expr.kind == "input":
+        return [_word(Insn.INPUT, 0, int(expr.value))]  # type: ignore[arg-type]
+    if expr.kind == "const":
+        return [_word(Insn.CONST, 0, f32_bits(float(expr.value)))]  # type: ignore[arg-type]
+    code: list[int] = []
+    for a in expr.args:
+        code += compile_expr(a)
+    name = str(expr.value)
+    if name in UNARY_CODES:
+        return code + [_word(Insn.UNARY, UNARY_CODES[name], 0)]
+    if name in BINARY_CODES:
+        return code + [_word(Insn.BINARY, BINARY_CODES[name], 0)]
+    return code + [_word(Insn.TERNARY, TERNARY_CODES[name], 0)]
+
+
+_UNARY_NP = [eval(f"lambda a: {src}", {"np": np}) for src, _ in UNARY.values()]  # noqa: S307
+_BINARY_NP = [eval(f"lambda a, b: {src}", {"np": np}) for src, _ in BINARY.values()]  # noqa: S307
+_TERNARY_NP = [eval(f"lambda c, a, b: {src}", {"np": np}) for src, _ in TERNARY.values()]  # noqa: S307
+
+
+def run_bytecode(code: list[int] | np.ndarray, inputs: list[np.ndarray]) -> np.ndarray:
+    """Evaluates bytecode over float32 numpy arrays (broadcasting), as the CUDA body does per element."""
+    stack: list[np.ndarray] = []
+    with np.errstate(all="ignore"):
+        for word in code:
+            kind, op, arg = decode_insn(int(word))
+            if kind == Insn.INPUT:
+                stack.append(np.asarray(inputs[arg], np.float32))
+            elif kind == Insn.CONST:
+                stack.append(np.float32(bits_f32(arg)))
+            elif kind == Insn.UNARY:
+                stack.append(np.asarray(_UNARY_NP[op](stack.pop()), np.float32))
+            elif kind == Insn.BINARY:
+                b, a = stack.pop(), stack.pop()
+                stack.append(np.asarray(_BINARY_NP[op](a, b), np.float32))
+            else:
+                b, a, c = stack.pop(), stack.pop(), stack.pop()
+                stack.append(np.asarray(_TERNARY_NP[op](c, a, b), np.float32))
+    (result,) = stack
+    return result
+
+
+def eval_expr(expr: Expr, inputs: list[np.ndarray]) -> np.ndarray:
+    return run_bytecode(compile_expr(expr), inputs)
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter blocks. Each packs to int64 words: [opcode, ...fields]; `unpack` reads one back.
+
+
+def _read(words: np.ndarray, at: int, n: int) -> tuple[list[int], int]:
+    return [int(w) for w in words[at : at + n]], at + n
+
+
+@dataclass(frozen=True)
+class EwiseParams:
+    """out[idx] = expr(in_0[idx], ...) over the iteration space ``shape``.
+
+    Words: EWISE, rank, shape[rank], out_strides[rank], n_in, in_strides[n_in][rank], n_code, code[n_code].
+    Strides of 0 broadcast; negative strides reverse (a reflect pad reads a reversed slice).
+    """
+
+    shape: tuple[int, ...]
+    out_strides: tuple[int, ...]
+    in_strides: tuple[tuple[int, ...], ...]
+    code: tuple[int, ...]
+
+    def pack(self) -> np.ndarray:
+        r = len(self.shape)
+        words = [int(Opcode.EWISE), r, *self.shape, *self.out_strides, len(self.in_strides)]
+        for s in self.in_strides:
+            words += list(s)
+        return np.array(words + [len(self.code), *self.code], np.int64)
+
+    @staticmethod
+    def unpack(words: np.ndarray, at: int) -> "EwiseParams":
+        r = int(words[at + 1])
+        shape, p = _read(words, at + 2, r)
+        out_strides, p = _read(words, p, r)
+        n_in = int(words[p])
+        p += 1
+        ins = []
+        for _ in range(n_in):
+            s, p = _read(words, p, r)
+            ins.append(tuple(s))
+        n_code = int(words[p])
+        code, _ = _read(words, p + 1, n_code)
+        return EwiseParams(tuple(shape), tuple(out_strides), tuple(ins), tuple(code))
+
+    @property
+    def n_elems(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class MatmulParams:
+    """out[idx] = sum_k a[idx, k] * b[idx, k] over ``shape`` (the output's, batch dims first).
+
+    Words: MATMUL, rank, shape[rank], K, out_strides[rank], a_strides[rank+1], b_strides[rank+1].
+    ``a`` has stride 0 along the output's last (n) axis and ``b`` along its m axis; the last stride is k's.
+    """
+
+    shape: tuple[int, ...]
+    k: int
+    out_strides: tuple[int, ...]
+    a_strides: tuple[int, ...]
+    b_strides: tuple[int, ...]
+
+    def pack(self) -> np.ndarray:
+        r = len(self.shape)
+        return np.array(
+            [int(Opcode.MATMUL), r, *self.shape, self.k, *self.out_strides, *self.a_strides, *self.b_strides],
+            np.int64,
+        )
+
+    @staticmethod
+    def unpack(words: np.ndarray, at: int) -> "MatmulParams":
+        r = int(words[at + 1])
+        shape, p = _read(words, at + 2, r)
+        k = int(words[p])
+        out_strides, p = _read(words, p + 1, r)
+        a, p = _read(words, p, r + 1)
+        b, _ = _read(words, p, r + 1)
+        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b))
+
+    @property
+    def n_elems(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """ONNX Conv (NC + spatial, contiguous): out[n, o, y] = bias[o] + sum x[n, g*Cg+c, y*s + k*d - p] w[o, c, k].
+
+    Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp],
+    stride[nsp], pad_begin[nsp], dilation[nsp]. Inputs: x, w, bias (when has_bias). Out of range reads are 0.
+    """
+
+    batch: int
+    c_in: int
+    c_out: int
+    group: int
+    has_bias: int
+    in_sp: tuple[int, ...]
+    out_sp: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    pad_begin: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    def pack(self) -> np.ndarray:
+        head = [int(Opcode.CONV), len(self.in_sp), self.batch, self.c_in, self.c_out, self.group, self.has_bias]
+        tail = [*self.in_sp, *self.out_sp, *self.kernel, *self.stride, *self.pad_begin, *self.dilation]
+        return np.array(head + tail, np.int64)
+
+    @staticmethod
+    def unpack(words: np.ndarray, at: int) -> "ConvParams":
+        nsp = int(words[at + 1])
+        fixed, p = _read(words, at + 2, 5)
+        fields = []
+        for _ in range(6):
+            f, p = _read(words, p, nsp)
+            fields.append(tuple(f))
+        return ConvParams(*fixed, *fields)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.batch, self.c_out, *self.out_sp)
+
+    @property
+    def n_elems(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+REDUCE_KINDS = ("sum", "mean", "max", "min", "prod", "sumsquare", "l1", "l2", "logsumexp")
+
+
+@dataclass(frozen=True)
+class ReduceParams:
+    """out[idx] = reduce_j in[idx, j] over the reduced view ``rshape`` / ``rstrides``.
+
+    Words: REDUCE, kind, rank, shape[rank], out_strides[rank], in_strides[rank], rrank, rshape[rrank],
+    rstrides[rrank]. ``kind`` indexes REDUCE_KINDS. An empty reduction gives the kind's identity.
+    """
+
+    kind: int
+    shape: tuple[int, ...]
+    out_strides: tuple[int, ...]
+    in_strides: tuple[int, ...]
+    rshape: tuple[int, ...]
+    rstrides: tuple[int, ...]
+
+    def pack(self) -> np.ndarray:
+        r, rr = len(self.shape), len(self.rshape)
+        return np.array(
+            [int(Opcode.REDUCE), self.kind, r, *self.shape, *self.out_strides, *self.in_strides, rr, *self.rshape,
+             *self.rstrides],
+            np.int64,
+        )
+
+    @staticmethod
+    def unpack(words: np.ndarray, at: int) -> "ReduceParams":
+        kind, r = int(words[at + 1]), int(words[at + 2])
+        shape, p = _read(words, at + 3, r)
+        out_strides, p = _read(words, p, r)
+        in_strides, p = _read(words, p, r)
+        rr = int(words[p])
+        rshape, p = _read(words, p + 1, rr)
+        rstrides, _ = _read(words, p, rr)
+        return ReduceParams(kind, tuple(shape), tuple(out_strides), tuple(in_strides), tuple(rshape), tuple(rstrides))
+
+    @property
+    def n_elems(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+Params = EwiseParams | MatmulParams | ConvParams | ReduceParams
+_UNPACK = {
+    Opcode.EWISE: EwiseParams.unpack,
+    Opcode.MATMUL: MatmulParams.unpack,
+    Opcode.CONV: ConvParams.unpack,
+    Opcode.REDUCE: ReduceParams.unpack,
+}
+
+
+def unpack_params(words: np.ndarray, at: int) -> Params:
+    """Reads the parameter block at word ``at``. Raises ValueError for an unknown opcode word."""
+    try:
+        opcode = Opcode(int(words[at]))
+    except (ValueError, IndexError) as e:
+        raise ValueError(f"no parameter block at word {at}") from e
+    return _UNPACK[opcode](words, at)
+
+
+# --------------------------------------------------------------------------------------------
+# Footprints: exactly which elements of each operand one session of a task touches.
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def view_offsets(shape: tuple[int, ...], strides: tuple[int, ...], begin: int, end: int) -> np.ndarray:
+    """Element offsets of the flat iteration points ``[begin, end)`` of a strided view (int64)."""
+    flat = np.arange(begin, end, dtype=np.int64)
+    if not shape:
+        return np.zeros(len(flat), np.int64)
+    idx = np.unravel_index(flat, shape)
+    return sum((i.astype(np.int64) * s for i, s in zip(idx, strides)), np.zeros(len(flat), np.int64))
+
+
+def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int) -> np.ndarray:
+    """Element offsets (relative to the operand's session start) that output elements ``[begin, end)`` of
+    one session touch in ``operand`` (an input slot, or OUT). Exact for every opcode except CONV's
+    input ``x``, where it is the whole images the tile's batch rows cover (a superset)."""
+    if operand == OUT:
+        strides = params.out_strides if not isinstance(params, ConvParams) else contiguous_strides(params.shape)
+        return view_offsets(params.shape, strides, begin, end)
+    if isinstance(params, EwiseParams):
+        return view_offsets(params.shape, params.in_strides[operand], begin, end)
+    if isinstance(params, MatmulParams):
+        strides = params.a_strides if operand == 0 else params.b_strides
+        rows = view_offsets(params.shape, strides[:-1], begin, end)
+        return np.unique(rows[:, None] + np.arange(params.k, dtype=np.int64)[None, :] * strides[-1])
+    if isinstance(params, ReduceParams):
+        rows = view_offsets(params.shape, params.in_strides, begin, end)
+        red = view_offsets(params.rshape, params.rstrides, 0, int(np.prod(params.rshape, dtype=np.int64)))
+        return np.unique(rows[:, None] + red[None, :])
+    if operand == 0:  # conv x: the images of the batch rows in the tile
+        per_out = params.n_elems // params.batch
+        per_in = params.c_in * int(np.prod(params.in_sp, dtype=np.int64))
+        first, last = begin // per_out, (end - 1) // per_out
+        return np.arange(first * per_in, (last + 1) * per_in, dtype=np.int64)
+    if operand == 1:
+        per_w = params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
+        return np.arange(per_w, dtype=np.int64)
+    return np.arange(params.c_out, dtype=np.int64)
