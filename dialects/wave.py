@@ -391,3 +391,23 @@ COMPUTE_OPS = (EwiseOp, MatmulOp, ConvOp, ReduceOp, ConcatOp, SliceOp, Transpose
 BOUNDARY_OPS = (InputOp, WeightOp, StateOp, StateWriteOp, OutputOp)
 
 Wave = Dialect("wave", [*BOUNDARY_OPS, *COMPUTE_OPS], [])
+
+
+COHORT_ATTR = "wave.cohort"
+
+
+def graph_block(module):
+    """The block of the module's one `func.func` that holds the wave graph. Raises VerifyException if the
+    module holds no function or several (wavec compiles one model per module)."""
+    from xdsl.dialects.func import FuncOp
+
+    funcs = [op for op in module.ops if isinstance(op, FuncOp)]
+    if len(funcs) != 1:
+        raise VerifyException(f"expected one func.func holding the wave graph, found {len(funcs)}")
+    return funcs[0].body.block
+
+
+def cohort_size(module) -> int | None:
+    """N if `wave-cohort` has run on the module, else None."""
+    attr = module.attributes.get(COHORT_ATTR)
+    return attr.value.data if attr is not None else None

@@ -1,0 +1,51 @@
+// RUN: WAVEC_VERIFY_DIAG | filecheck %s
+// The wave verifiers reject ill-formed graphs with a message naming the op and the fault.
+
+func.func @broadcast_mismatch() {
+  %x = wave.input "x" : tensor<3xf32>
+  %y = wave.input "y" : tensor<4xf32>
+  %z = wave.ewise "add(%0, %1)"(%x, %y) : (tensor<3xf32>, tensor<4xf32>) -> tensor<4xf32>
+  wave.output "z", %z : tensor<4xf32>
+  func.return
+}
+// CHECK: wave.ewise: inputs [(3,), (4,)] do not broadcast to the result shape [4]
+
+// -----
+
+func.func @unknown_function() {
+  %x = wave.input "x" : tensor<3xf32>
+  %z = wave.ewise "gelu(%0)"(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  wave.output "z", %z : tensor<3xf32>
+  func.return
+}
+// CHECK: wave.ewise: expression 'gelu(%0)': unknown function 'gelu'
+
+// -----
+
+func.func @matmul_contraction() {
+  %x = wave.input "x" : tensor<1x8xf32>
+  %w = wave.weight "w" : tensor<4x4xf32>
+  %y = wave.matmul %x, %w : (tensor<1x8xf32>, tensor<4x4xf32>) -> tensor<1x4xf32>
+  wave.output "y", %y : tensor<1x4xf32>
+  func.return
+}
+// CHECK: wave.matmul: contraction mismatch [1, 8] x [4, 4]
+
+// -----
+
+func.func @state_without_write() {
+  %h = wave.state "h" : tensor<4xf32>
+  wave.output "h", %h : tensor<4xf32>
+  func.return
+}
+// CHECK: wave.state 'h' must have exactly one wave.state_write, found 0
+
+// -----
+
+func.func @slice_out_of_bounds() {
+  %x = wave.input "x" : tensor<4xf32>
+  %s = wave.slice %x {starts = array<i64: 2>, steps = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  wave.output "s", %s : tensor<4xf32>
+  func.return
+}
+// CHECK: wave.slice: axis 0 reads 2..5 step 1 outside [0, 4)

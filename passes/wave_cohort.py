@@ -1,0 +1,91 @@
+"""`wave-cohort`: give every per-session value the cohort axis, outermost.
+
+Before: tensors are one session's (`tensor<1x576xf32>`). After: each value that depends on a session's
+input or state has type `tensor<Nx...>` with the session axis first, whatever axis the model's own batched
+layout used (that position stays in the ops' `cohort_axis` attribute for the runtime); values computed
+from weights alone stay shared. Axis attributes move by one; a shared value that meets per-session ones
+in a concat, or becomes an output or state, is broadcast to the cohort by an explicit `wave.ewise "%0"`.
+The module gets `wave.cohort = N`. Weights keep their shapes: the cohort reads each weight once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from wavec.dialects import wave
+
+
+def _with_cohort(value: SSAValue, n: int):
+    return wave.tensor((n, *wave.shape_of(value)))
+
+
+def _shift_axes(op: Operation) -> None:
+    """Moves the axis attributes of `op` past the new outermost cohort axis."""
+    if isinstance(op, wave.ReduceOp):
+        op.properties["axes"] = wave.i64_array([a + 1 for a in op.axes.get_values()])
+    elif isinstance(op, wave.ConcatOp):
+        op.properties["axis"] = IntegerAttr(op.axis.value.data + 1, i64)
+    elif isinstance(op, wave.SliceOp):
+        op.properties["starts"] = wave.i64_array([0, *op.starts.get_values()])
+        op.properties["steps"] = wave.i64_array([1, *op.steps.get_values()])
+    elif isinstance(op, wave.TransposeOp):
+        op.properties["perm"] = wave.i64_array([0, *(p + 1 for p in op.perm.get_values())])
+
+
+def _align_operand_ranks(node: wave.EwiseOp, per_session: set[SSAValue]) -> None:
+    """A per-session operand of lower rank than the result gets unit axes after the cohort axis, so that
+    numpy broadcasting still pairs its axes with the result's (`[N, 4]` beside `[N, 2, 4]` becomes `[N, 1, 4]`)."""
+    rank = len(wave.shape_of(node.result))
+    for i, operand in enumerate(node.operands):
+        shape = wave.shape_of(operand)
+        if operand in per_session and len(shape) < rank:
+            reshape = wave.ReshapeOp(operand, (shape[0], *[1] * (rank - len(shape)), *shape[1:]))
+            Rewriter.insert_op(reshape, InsertPoint.before(node))
+            node.operands[i] = reshape.result
+            per_session.add(reshape.result)
+
+
+def _needs_cohort_operands(op: Operation) -> bool:
+    return isinstance(op, (wave.ConcatOp, wave.OutputOp, wave.StateWriteOp))
+
+
+@dataclass(frozen=True)
+class WaveCohort(ModulePass):
+    """Adds the cohort axis (sessions) outermost to every per-session value."""
+
+    name = "wave-cohort"
+    sessions: int = field(default=1, metadata={"help": "cohort capacity N: session slots served by one profile"})
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.sessions < 1:
+            raise PassFailedException(f"wave-cohort: sessions must be >= 1, got {self.sessions}")
+        if wave.cohort_size(op) is not None:
+            raise PassFailedException(f"wave-cohort: the module already has {wave.COHORT_ATTR} = {wave.cohort_size(op)}")
+        per_session: set[SSAValue] = set()
+        for node in list(wave.graph_block(op).ops):
+            if _needs_cohort_operands(node):
+                self._broadcast_shared_operands(node, per_session)
+            if isinstance(node, (wave.InputOp, wave.StateOp)) or any(v in per_session for v in node.operands):
+                _shift_axes(node)
+                for res in list(node.results):
+                    per_session.add(Rewriter.replace_value_with_new_type(res, _with_cohort(res, self.sessions)))
+                if isinstance(node, wave.EwiseOp):
+                    _align_operand_ranks(node, per_session)
+        op.attributes[wave.COHORT_ATTR] = IntegerAttr(self.sessions, i64)
+
+    def _broadcast_shared_operands(self, node: Operation, per_session: set[SSAValue]) -> None:
+        for i, operand in enumerate(node.operands):
+            if operand in per_session:
+                continue
+            shape = (self.sessions, *wave.shape_of(operand))
+            bcast = wave.EwiseOp("%0", [operand], shape)
+            Rewriter.insert_op(bcast, InsertPoint.before(node))
+            node.operands[i] = bcast.result
+            per_session.add(bcast.result)

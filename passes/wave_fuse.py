@@ -1,0 +1,67 @@
+"""`wave-fuse`: fold chains of elementwise ops into one `wave.ewise`.
+
+A `wave.ewise` whose result has exactly one use, and that use is another `wave.ewise`, is substituted into
+its user's expression: `sqrt(%0)` of `add(%0, %1)` becomes `sqrt(add(%0, %1))`, saving the intermediate's
+write and re-read. Right-aligned broadcasting composes, so the fused op broadcasts the producer's inputs to
+the user's shape directly. A producer with any other use (a state write, an output, a second reader) is
+kept; a fusion that would exceed the task's input slots (wavec.opcodes.MAX_INPUTS) is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.passes import ModulePass
+
+from wavec.dialects import wave
+from wavec.opcodes import MAX_INPUTS, Expr, parse_expr
+
+
+def _fused_operands(user: wave.EwiseOp, index: int, producer: wave.EwiseOp):
+    """The fused op's operand list and how the user's and producer's `%i` map into it."""
+    operands = [v for i, v in enumerate(user.inputs) if i != index]
+    for v in producer.inputs:
+        if v not in operands:
+            operands.append(v)
+    user_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(user.inputs) if i != index}
+    producer_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(producer.inputs)}
+    return operands, user_map, producer_map
+
+
+class FuseElementwiseProducer(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
+        for index, operand in enumerate(user.inputs):
+            producer = operand.owner
+            if not isinstance(producer, wave.EwiseOp) or not operand.has_one_use():
+                continue
+            operands, user_map, producer_map = _fused_operands(user, index, producer)
+            if len(operands) > MAX_INPUTS:
+                continue
+            inner = parse_expr(producer.expr.data).substitute(producer_map)
+            expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
+            fused = wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
+            rewriter.replace(user, fused)
+            rewriter.erase(producer)
+            return
+
+
+@dataclass(frozen=True)
+class WaveFuse(ModulePass):
+    """Fuses single-use elementwise producers into their elementwise users."""
+
+    name = "wave-fuse"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([FuseElementwiseProducer()], dce_enabled=False), apply_recursively=True
+        ).rewrite_module(op)

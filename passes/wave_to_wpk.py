@@ -1,0 +1,393 @@
+"""`wave-to-wpk`: lower the cohort-batched wave graph to buffers, phases and tiled tasks.
+
+Every wave value gets a location: a `wpk.buffer` (inputs and the reset flags in the input arena, outputs in
+the output arena, states in the state arena, weights and state initial values in the weights arena,
+everything else in the activation arena) plus an element offset; `wave.reshape` only renames a location.
+Each compute op becomes one `wpk.phase` of tasks; a task is one tile: a range of sessions times a range of
+one session's output elements, sized so that an op spreads over `workers` tasks when its work allows
+(never tiles under `min-tile-elems` elements). Data movement (slice, transpose, concat, broadcast, copies)
+becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op.
+The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
+order, the output copies, then the state writes (after every read of the old state).
+Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from wavec.dialects import wave, wpk
+from wavec.opcodes import (
+    REDUCE_KINDS,
+    ConvParams,
+    EwiseParams,
+    MatmulParams,
+    ReduceParams,
+    compile_expr,
+    contiguous_strides,
+    parse_expr,
+)
+
+ALIGN = 16  # bytes: every session slot and buffer starts 16-byte aligned for vector access
+
+
+def align(nbytes: int, to: int = ALIGN) -> int:
+    return (nbytes + to - 1) // to * to
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a value lives: buffer, element offset inside one session's slice, and the value's full type
+    shape (cohort axis first when `per_session`)."""
+
+    buffer: str
+    offset: int
+    shape: tuple[int, ...]
+    per_session: bool
+
+    @property
+    def session_shape(self) -> tuple[int, ...]:
+        return self.shape[1:] if self.per_session else self.shape
+
+
+def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tuple[int, ...]:
+    """Element strides that read `loc` broadcast (right-aligned) to the iteration shape `full`, with the
+    cohort axis dropped when the iteration is per session."""
+    own = contiguous_strides(loc.session_shape)
+    own = ((0,) + own) if loc.per_session else own
+    pad = len(full) - len(loc.shape)
+    strides = []
+    for d, size in enumerate(full):
+        j = d - pad
+        strides.append(0 if j < 0 or loc.shape[j] == 1 and size != 1 else own[j])
+    return tuple(strides[1:] if per_session else strides)
+
+
+def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+    """(s0, s1, e0, e1) tiles covering sessions x elems: sessions split first, elements only when the
+    cohort alone cannot fill the workers."""
+    s_chunks = min(sessions, workers)
+    s_per = math.ceil(sessions / s_chunks)
+    s_chunks = math.ceil(sessions / s_per)
+    e_chunks = 1 if s_chunks >= workers else max(1, min(math.ceil(workers / s_chunks), elems // max(min_elems, 1)))
+    e_per = math.ceil(elems / e_chunks)
+    return [
+        (s, min(s + s_per, sessions), e, min(e + e_per, elems))
+        for s in range(0, sessions, s_per)
+        for e in range(0, elems, e_per)
+    ]
+
+
+def _user_shape(shape: tuple[int, ...], cohort_axis: int) -> list[int]:
+    """One session's shape as the runtime shows it: the model's size-1 cohort axis dropped."""
+    return [d for i, d in enumerate(shape) if i != cohort_axis] if cohort_axis >= 0 else list(shape)
+
+
+@dataclass
+class _Lowering:
+    n: int
+    workers: int
+    min_elems: int
+    buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
+    locs: dict[SSAValue, Loc] = field(default_factory=dict)
+    phases: list[wpk.PhaseOp] = field(default_factory=list)
+    resets: list[wpk.PhaseOp] = field(default_factory=list)
+    outputs: list[wpk.PhaseOp] = field(default_factory=list)
+    state_writes: list[wpk.PhaseOp] = field(default_factory=list)
+
+    # ---- buffers -------------------------------------------------------------------------------
+    def buffer(self, name: str, arena: str, role: str, full_shape, per_session: bool, **attrs) -> Loc:
+        nbytes = 4 * max(1, math.prod(full_shape[1:] if per_session else full_shape))
+        stride = align(nbytes) if per_session else 0
+        attributes = {k: _attr(v) for k, v in attrs.items()}
+        if name in self.buffers:
+            raise PassFailedException(f"wave-to-wpk: two values named {name!r}; names of inputs, weights, states and outputs must be unique")
+        self.buffers[name] = wpk.BufferOp(name, arena, role, nbytes, stride, attributes)
+        return Loc(name, 0, tuple(full_shape), per_session)
+
+    def act(self, value: SSAValue) -> Loc:
+        per_session = any(self.locs[v].per_session for v in value.owner.operands)
+        return self.buffer(f"t{len(self.buffers)}", "act", "act", wave.shape_of(value), per_session)
+
+    def reset_flags(self, rank: int) -> Loc:
+        """The per-session reset flag, shaped to broadcast against a rank-`rank` cohort value."""
+        if "reset" not in self.buffers:
+            self.buffer("reset", "input", "reset", (self.n,), True)
+        return Loc("reset", 0, (self.n, *[1] * (rank - 1)), True)
+
+    def loc(self, value: SSAValue, user: Operation) -> Loc:
+        if value not in self.locs:
+            raise PassFailedException(f"wave-to-wpk: {user.name} uses a value before its definition")
+        return self.locs[value]
+
+    # ---- tasks ---------------------------------------------------------------------------------
+    def phase(self, name: str, op: str, parts: list[tuple[object, list[Loc], Loc]]) -> wpk.PhaseOp:
+        """One phase; each part is (params, input locations, output location) tiled over the cohort."""
+        tasks = []
+        for params, ins, out in parts:
+            words = params.pack()
+            opcode = type(params).__name__.removesuffix("Params").lower()
+            sessions = self.n if out.per_session else 1
+            for s0, s1, e0, e1 in tiles(sessions, max(params.n_elems, 1), self.workers, self.min_elems):
+                tasks.append(
+                    wpk.TaskOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), (s0, s1), (e0, e1), words)
+                )
+        return wpk.PhaseOp(name, op, tasks)
+
+    def ewise_part(self, expr: str, ins: list[Loc], out: Loc, shape: tuple[int, ...]) -> tuple:
+        """EWISE over iteration shape `shape` (full, cohort axis first when `out` is per session)."""
+        ps = out.per_session
+        params = EwiseParams(
+            shape=shape[1:] if ps else shape,
+            out_strides=broadcast_strides(out, shape, ps),
+            in_strides=tuple(broadcast_strides(i, shape, ps) for i in ins),
+            code=tuple(compile_expr(parse_expr(expr))),
+        )
+        return params, ins, out
+
+    def copy_part(self, src: Loc, dst: Loc) -> tuple:
+        return self.ewise_part("%0", [src], dst, dst.shape)
+
+
+def _attr(value):
+    if isinstance(value, str):
+        return StringAttr(value)
+    if isinstance(value, int):
+        return IntegerAttr(value, i64)
+    return wave.i64_array(value)
+
+
+def _source_name(op: Operation, index: int) -> str:
+    base = op.name.removeprefix("wave.")
+    return f"{base}_{index}"
+
+
+# ---- per-op lowering ------------------------------------------------------------------------------
+
+
+def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc) -> tuple:
+    full = wave.shape_of(op.result)
+    ps = out.per_session
+    k = wave.shape_of(op.a)[-1]
+
+    def operand_strides(loc: Loc, role: str) -> tuple[int, ...]:
+        own = contiguous_strides(loc.session_shape)
+        own = ((0,) + own) if loc.per_session else own
+        batch_full, batch_own = full[:-2], loc.shape[:-2]
+        pad = len(batch_full) - len(batch_own)
+        strides = [
+            0 if d - pad < 0 or batch_own[d - pad] == 1 and size != 1 else own[d - pad]
+            for d, size in enumerate(batch_full)
+        ]
+        if role == "a":
+            strides += [own[-2], 0, own[-1]]
+        else:
+            strides += [0, own[-1], own[-2]]
+        return tuple(strides[1:] if ps else strides)
+
+    params = MatmulParams(
+        shape=out.session_shape,
+        k=k,
+        out_strides=contiguous_strides(out.session_shape),
+        a_strides=operand_strides(a, "a"),
+        b_strides=operand_strides(b, "b"),
+    )
+    return params, [a, b], out
+
+
+def _lower_conv(lw: _Lowering, op: wave.ConvOp, ins: list[Loc], out: Loc) -> tuple:
+    sw = wave.shape_of(op.w)
+    nsp = len(sw) - 2
+    xs, os_ = ins[0].session_shape, out.session_shape
+    pads = tuple(op.pads.get_values())
+    params = ConvParams(
+        batch=math.prod(xs[: -nsp - 1]),
+        c_in=xs[-nsp - 1],
+        c_out=sw[0],
+        group=op.group.value.data,
+        has_bias=int(op.bias is not None),
+        in_sp=tuple(xs[-nsp:]),
+        out_sp=tuple(os_[-nsp:]),
+        kernel=tuple(sw[2:]),
+        stride=tuple(op.strides.get_values()),
+        pad_begin=pads[:nsp],
+        dilation=tuple(op.dilations.get_values()),
+    )
+    return params, ins, out
+
+
+def _lower_reduce(lw: _Lowering, op: wave.ReduceOp, x: Loc, out: Loc) -> tuple:
+    axes = tuple(op.axes.get_values())
+    keep = op.keepdims.value.data
+    own = contiguous_strides(x.session_shape)
+    own = ((0,) + own) if x.per_session else own
+    kept = [d for d in range(len(x.shape)) if keep or d not in axes]
+    in_strides = [0 if d in axes else own[d] for d in kept]
+    ps = out.per_session
+    params = ReduceParams(
+        kind=REDUCE_KINDS.index(op.kind.data),
+        shape=out.session_shape,
+        out_strides=contiguous_strides(out.session_shape),
+        in_strides=tuple(in_strides[1:] if ps else in_strides),
+        rshape=tuple(x.shape[a] for a in axes),
+        rstrides=tuple(own[a] for a in axes),
+    )
+    return params, [x], out
+
+
+def _concat_parts(lw: _Lowering, op: wave.ConcatOp, ins: list[Loc], out: Loc) -> list[tuple]:
+    axis = op.axis.value.data
+    out_strides = contiguous_strides(out.session_shape)
+    step = out_strides[axis - 1] if out.per_session else out_strides[axis]
+    parts, start = [], 0
+    for loc in ins:
+        dst = Loc(out.buffer, out.offset + start * step, (*out.shape[:axis], loc.shape[axis], *out.shape[axis + 1 :]), out.per_session)
+        params = EwiseParams(
+            shape=dst.session_shape,
+            out_strides=out_strides,
+            in_strides=(broadcast_strides(loc, dst.shape, dst.per_session),),
+            code=tuple(compile_expr(parse_expr("%0"))),
+        )
+        parts.append((params, [loc], dst))
+        start += loc.shape[axis]
+    return parts
+
+
+def _slice_part(lw: _Lowering, op: wave.SliceOp, x: Loc, out: Loc) -> tuple:
+    own = contiguous_strides(x.session_shape)
+    own = ((0,) + own) if x.per_session else own
+    starts, steps = op.starts.get_values(), op.steps.get_values()
+    view = tuple(s * st for s, st in zip(own, steps))
+    offset = sum(s0 * s for s0, s in zip(starts, own))
+    params = EwiseParams(
+        shape=out.session_shape,
+        out_strides=contiguous_strides(out.session_shape),
+        in_strides=(view[1:] if out.per_session else view,),
+        code=tuple(compile_expr(parse_expr("%0"))),
+    )
+    return params, [Loc(x.buffer, x.offset + offset, x.shape, x.per_session)], out
+
+
+def _transpose_part(lw: _Lowering, op: wave.TransposeOp, x: Loc, out: Loc) -> tuple:
+    own = contiguous_strides(x.session_shape)
+    own = ((0,) + own) if x.per_session else own
+    view = tuple(own[p] for p in op.perm.get_values())
+    params = EwiseParams(
+        shape=out.session_shape,
+        out_strides=contiguous_strides(out.session_shape),
+        in_strides=(view[1:] if out.per_session else view,),
+        code=tuple(compile_expr(parse_expr("%0"))),
+    )
+    return params, [x], out
+
+
+def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
+    if isinstance(op, wave.ReshapeOp):
+        src = lw.loc(op.x, op)
+        lw.locs[op.result] = Loc(src.buffer, src.offset, wave.shape_of(op.result), src.per_session)
+        return
+    ins = [lw.loc(v, op) for v in op.operands]
+    out = lw.act(op.result)
+    lw.locs[op.result] = out
+    name = _source_name(op, index)
+    if isinstance(op, wave.EwiseOp):
+        parts = [lw.ewise_part(op.expr.data, ins, out, out.shape)]
+    elif isinstance(op, wave.MatmulOp):
+        parts = [_lower_matmul(lw, op, ins[0], ins[1], out)]
+    elif isinstance(op, wave.ConvOp):
+        parts = [_lower_conv(lw, op, ins, out)]
+    elif isinstance(op, wave.ReduceOp):
+        parts = [_lower_reduce(lw, op, ins[0], out)]
+    elif isinstance(op, wave.ConcatOp):
+        parts = _concat_parts(lw, op, ins, out)
+    elif isinstance(op, wave.SliceOp):
+        parts = [_slice_part(lw, op, ins[0], out)]
+    elif isinstance(op, wave.TransposeOp):
+        parts = [_transpose_part(lw, op, ins[0], out)]
+    else:
+        raise PassFailedException(f"wave-to-wpk: no lowering for {op.name}")
+    lw.phases.append(lw.phase(name, op.name, parts))
+
+
+def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]) -> bool:
+    """Inputs, weights, states, outputs and state writes; returns False for a compute op."""
+    if isinstance(op, wave.InputOp):
+        shape = wave.shape_of(op.result)
+        axis = _cohort_axis(op)
+        lw.locs[op.result] = lw.buffer(f"in.{op.sym}", "input", "input", shape, True, model_name=op.sym,
+                                       shape=_user_shape(shape[1:], axis), cohort_axis=axis)
+    elif isinstance(op, wave.WeightOp):
+        lw.locs[op.result] = lw.buffer(f"w.{op.sym}", "weights", "weight", wave.shape_of(op.result), False, blob=op.sym)
+    elif isinstance(op, wave.StateOp):
+        shape = wave.shape_of(op.result)
+        axis = _cohort_axis(op)
+        init = lw.buffer(f"init.{op.sym}", "weights", "weight", shape[1:], False, blob=op.sym)
+        state = lw.buffer(f"s.{op.sym}", "state", "state", shape, True, model_name=op.sym, init=init.buffer,
+                          shape=_user_shape(shape[1:], axis), cohort_axis=axis,
+                          output=paired_outputs.get(op.sym, ""))
+        lw.locs[op.result] = state
+        reset = lw.reset_flags(len(shape))
+        lw.resets.append(lw.phase(f"reset_{op.sym}", "wave.state", [lw.ewise_part("select(%0, %1, %2)", [reset, init, state], state, state.shape)]))
+    elif isinstance(op, wave.OutputOp):
+        src = lw.loc(op.value, op)
+        shape = wave.shape_of(op.value)
+        axis = _cohort_axis(op)
+        dst = lw.buffer(f"out.{op.sym}", "output", "output", shape, True, model_name=op.sym,
+                        shape=_user_shape(shape[1:], axis), cohort_axis=axis)
+        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, [lw.copy_part(src, dst)]))
+    elif isinstance(op, wave.StateWriteOp):
+        src, dst = lw.loc(op.value, op), lw.buffers[f"s.{op.sym}"]
+        dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
+        if src != dst_loc:
+            lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, [lw.copy_part(src, dst_loc)]))
+    else:
+        return False
+    return True
+
+
+def _cohort_axis(op: Operation) -> int:
+    attr = op.attributes.get("cohort_axis")
+    return attr.value.data if attr is not None else -1
+
+
+def _paired_outputs(block) -> dict[str, str]:
+    """state name -> the model output that reports the same value (Silero's stateN for state)."""
+    pairs = {}
+    for op in block.ops:
+        if isinstance(op, wave.StateWriteOp):
+            for use in op.value.uses:
+                if isinstance(use.operation, wave.OutputOp):
+                    pairs[op.sym] = use.operation.sym
+    return pairs
+
+
+@dataclass(frozen=True)
+class WaveToWpk(ModulePass):
+    """Lowers the cohort-batched wave graph to wpk buffers, phases and tiled tasks."""
+
+    name = "wave-to-wpk"
+    workers: int = field(default=132, metadata={"help": "workers (one block per SM) an op's tiles should fill"})
+    min_tile_elems: int = field(default=256, metadata={"help": "smallest tile, in output elements per session"})
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        n = wave.cohort_size(op)
+        if n is None:
+            raise PassFailedException("wave-to-wpk: the module has no wave.cohort attribute; run wave-cohort first")
+        block = wave.graph_block(op)
+        lw = _Lowering(n, self.workers, self.min_tile_elems)
+        pairs = _paired_outputs(block)
+        for index, node in enumerate(block.ops):
+            if node.name == "func.return" or _lower_boundary(lw, node, pairs):
+                continue
+            _lower_op(lw, node, index)
+        op.body.block.erase_op(block.parent_op())
+        program = [*lw.buffers.values(), *lw.resets, *lw.phases, *lw.outputs, *lw.state_writes]
+        op.body.block.add_ops(program)
+        op.attributes["wpk.workers"] = IntegerAttr(self.workers, i64)

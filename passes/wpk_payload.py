@@ -1,0 +1,89 @@
+"""`wpk-payload`: encode every scheduled, placed task as its 128-byte record.
+
+Each `wpk.task` gets `payload`, 32 int32 words laid out as wavec/payload.py defines: opcode, worker, waits,
+signal, tile, the word offset of its parameter block, and each operand's arena, byte offset and session
+stride resolved from the buffers. Identical parameter blocks are stored once in the params table
+(`params_table`), which the profile writer rebuilds with the same function. Task ids follow program order.
+Requires `wpk-schedule` and `wpk-arena`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from wavec.dialects import wpk
+from wavec.dialects.wpk import ARENA_NAMES
+from wavec.opcodes import OUT, Opcode
+from wavec.passes.wpk_arena import buffers_of
+from wavec.passes.wpk_schedule import phases_of
+from wavec.payload import PAYLOAD_DTYPE, pack_arenas
+
+
+def tasks_of(module: ModuleOp) -> list[wpk.TaskOp]:
+    return [t for phase in phases_of(module) for t in phase.tasks]
+
+
+def params_table(tasks: list[wpk.TaskOp]) -> tuple[np.ndarray, dict[tuple[int, ...], int]]:
+    """The int64 parameter table and each distinct block's word offset in it, in first-use order."""
+    where: dict[tuple[int, ...], int] = {}
+    words: list[int] = []
+    for task in tasks:
+        block = task.param_words
+        if block not in where:
+            where[block] = len(words)
+            words.extend(block)
+    return np.array(words, np.int64), where
+
+
+def encode_task(task_id: int, task: wpk.TaskOp, params_at: int, buffers: dict[str, wpk.BufferOp]) -> np.ndarray:
+    if task.worker is None:
+        raise PassFailedException("wpk-payload: task has no worker; run wpk-schedule first")
+    rec = np.zeros((), PAYLOAD_DTYPE)
+    rec["opcode"] = Opcode[task.opcode.data.upper()]
+    rec["worker"] = task.worker.value.data
+    waits = task.wait_pairs
+    rec["n_waits"] = len(waits)
+    for i, (counter, count) in enumerate(waits):
+        rec["wait_counter"][i], rec["wait_count"][i] = counter, count
+    rec["task"], rec["signal"] = task_id, task.signal.value.data
+    rec["session_begin"], rec["session_end"] = task.session_range
+    rec["elem_begin"], rec["elem_end"] = task.elem_range
+    rec["params"] = params_at
+    rec["n_inputs"] = len(task.input_names)
+    operands = [*zip(task.input_names, task.operand_offsets)]
+    slots = {k: operand for k, operand in enumerate(operands)}
+    slots[OUT] = (task.output.data, task.output_offset.value.data)
+    arenas = [0] * (OUT + 1)
+    for k, (name, elem_offset) in slots.items():
+        buf = buffers[name]
+        if buf.offset is None:
+            raise PassFailedException(f"wpk-payload: buffer {name!r} has no offset; run wpk-arena first")
+        rec["offset"][k] = buf.offset.value.data + 4 * elem_offset
+        rec["session_stride"][k] = buf.stride
+        arenas[k] = ARENA_NAMES.index(buf.arena.data)
+    rec["arenas"] = pack_arenas(arenas)
+    return rec
+
+
+def payload_words(rec: np.ndarray) -> np.ndarray:
+    return np.frombuffer(rec.tobytes(), "<i4")
+
+
+@dataclass(frozen=True)
+class WpkPayload(ModulePass):
+    """Encodes each task's 128-byte payload record into its `payload` property."""
+
+    name = "wpk-payload"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        buffers = buffers_of(op)
+        tasks = tasks_of(op)
+        _, where = params_table(tasks)
+        for task_id, task in enumerate(tasks):
+            task.set_payload(payload_words(encode_task(task_id, task, where[task.param_words], buffers)))

@@ -1,0 +1,129 @@
+"""Profile emission: the final wpk module (after wpk-payload) to a `Profile` (wavec/profile.py).
+
+The payload table is the tasks' `payload` words sorted by (worker, order); `worker_tasks` gives each
+worker's row range. The weights arena image is assembled from the blob of named weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from wavec.dialects import wave, wpk
+from wavec.errors import WavecError
+from wavec.passes.wpk_arena import buffers_of
+from wavec.passes.wpk_payload import params_table, tasks_of
+from wavec.passes.wpk_schedule import phases_of
+from wavec.payload import PAYLOAD_DTYPE, words_to_records
+from wavec.profile import FORMAT, Profile
+
+
+def _attr_value(buf: wpk.BufferOp, key: str):
+    attr = buf.attributes.get(key)
+    if attr is None:
+        return None
+    if hasattr(attr, "get_values"):
+        return [int(v) for v in attr.get_values()]
+    if hasattr(attr, "value"):
+        return attr.value.data
+    return attr.data
+
+
+def _offset(buf: wpk.BufferOp) -> int:
+    return buf.offset.value.data  # type: ignore[union-attr]
+
+
+def _binding(buf: wpk.BufferOp) -> dict:
+    return {
+        "name": _attr_value(buf, "model_name"),
+        "shape": _attr_value(buf, "shape"),
+        "offset": _offset(buf),
+        "session_stride": buf.stride,
+        "cohort_axis": _attr_value(buf, "cohort_axis"),
+    }
+
+
+def _states(buffers: dict[str, wpk.BufferOp]) -> list[dict]:
+    states = []
+    for buf in buffers.values():
+        if buf.role.data == "state":
+            entry = _binding(buf)
+            entry["output"] = _attr_value(buf, "output") or None
+            entry["init_offset"] = _offset(buffers[_attr_value(buf, "init")])
+            states.append(entry)
+    return states
+
+
+def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[list[int]]]:
+    """Payload records grouped by worker in execution order, and each worker's [begin, end) rows."""
+    tasks = tasks_of(module)
+    if any(t.payload is None for t in tasks):
+        raise WavecError("profile emission: some tasks have no payload; run wpk-payload first")
+    keyed = sorted(tasks, key=lambda t: (t.worker.value.data, t.order.value.data))
+    records = words_to_records(np.array([list(t.payload.get_values()) for t in keyed], "<i4"))
+    rows, start = [], 0
+    for w in range(workers):
+        count = sum(1 for t in keyed if t.worker.value.data == w)
+        rows.append([start, start + count])
+        start += count
+    return records.astype(PAYLOAD_DTYPE), rows
+
+
+def weights_image(buffers: dict[str, wpk.BufferOp], arena_bytes: int, blob: dict[str, np.ndarray] | None) -> np.ndarray:
+    image = np.zeros(arena_bytes, np.uint8)
+    if blob is None:
+        return image
+    for buf in buffers.values():
+        if buf.arena.data != "weights":
+            continue
+        key = _attr_value(buf, "blob")
+        if key not in blob:
+            raise WavecError(f"profile emission: no data for weight {key!r}; the frontend's weight blob lacks it")
+        data = np.ascontiguousarray(blob[key], np.float32).tobytes()
+        if len(data) != buf.nbytes:
+            raise WavecError(f"profile emission: weight {key!r} has {len(data)} bytes, its buffer {buf.nbytes}")
+        image[_offset(buf) : _offset(buf) + len(data)] = np.frombuffer(data, np.uint8)
+    return image
+
+
+def profile_from_module(
+    module: ModuleOp,
+    weights: dict[str, np.ndarray] | None = None,
+    *,
+    model: str = "model",
+    hw: str = "h200",
+    bindings: dict | None = None,
+    kernel_source: str = "",
+) -> Profile:
+    """Builds the Profile of a fully lowered module. ``weights=None`` leaves the weights image zeroed
+    (enough for verification, which never reads weight values)."""
+    buffers = buffers_of(module)
+    workers = module.attributes["wpk.workers"].value.data
+    arena_bytes = {k: v.value.data for k, v in module.attributes["wpk.arena_bytes"].data.items()}
+    payloads, rows = ordered_payloads(module, workers)
+    params, _ = params_table(tasks_of(module))
+    by_role = lambda role: [b for b in buffers.values() if b.role.data == role]  # noqa: E731
+    reset = by_role("reset")
+    meta = {
+        "format": FORMAT,
+        "model": model,
+        "sessions": wave.cohort_size(module),
+        "workers": workers,
+        "hw": hw,
+        "n_counters": module.attributes["wpk.counters"].value.data,
+        "arena_bytes": arena_bytes,
+        "act_lower_bound": module.attributes["wpk.act_lower_bound"].value.data,
+        "worker_tasks": rows,
+        "inputs": [_binding(b) for b in by_role("input")],
+        "reset": {"offset": _offset(reset[0]), "session_stride": reset[0].stride} if reset else None,
+        "outputs": [_binding(b) for b in by_role("output")],
+        "states": _states(buffers),
+        "tensors": [
+            {"name": n, "arena": b.arena.data, "offset": _offset(b), "bytes": b.nbytes, "session_stride": b.stride}
+            for n, b in buffers.items()
+            if b.offset is not None
+        ],
+        "phases": [{"name": p.sym_name.data, "op": p.op.data, "tasks": len(p.tasks)} for p in phases_of(module)],
+        "bindings": bindings or {},
+    }
+    return Profile(meta, payloads, params, weights_image(buffers, arena_bytes["weights"], weights), kernel_source)
