@@ -224,7 +224,8 @@ def conv_out_size(size: int, kernel: int, stride: int, dilation: int, pad_total:
 @irdl_op_definition
 class ConvOp(IRDLOperation):
     """ONNX Conv: x [..., C_in, *spatial], w [C_out, C_in/group, *kernel], optional bias [C_out];
-    ``pads`` is [begin..., end...] per spatial axis."""
+    ``pads`` is [begin..., end...] per spatial axis. The number of spatial axes is len(strides); after
+    `wave-cohort` a weight that is a per-session input carries the cohort axis in front."""
 
     name = "wave.conv"
     x = operand_def(TensorType)
@@ -251,16 +252,17 @@ class ConvOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        sx, sw, out = shape_of(self.x), shape_of(self.w), shape_of(self.result)
-        nsp = len(sw) - 2
+        sx, out = shape_of(self.x), shape_of(self.result)
         st, pd, dl = (tuple(a.get_values()) for a in (self.strides, self.pads, self.dilations))
+        nsp = len(st)
+        sw = shape_of(self.w)[-nsp - 2 :]  # leading axes of w, if any, are per-session batch axes (cohort)
         g = self.group.value.data
-        if nsp < 1 or len(sx) < nsp + 1 or len(st) != nsp or len(dl) != nsp or len(pd) != 2 * nsp:
-            raise VerifyException(f"wave.conv: inconsistent ranks x {list(sx)}, w {list(sw)}, strides {st}, pads {pd}")
+        if nsp < 1 or len(sx) < nsp + 1 or len(shape_of(self.w)) < nsp + 2 or len(dl) != nsp or len(pd) != 2 * nsp:
+            raise VerifyException(f"wave.conv: inconsistent ranks x {list(sx)}, w {list(shape_of(self.w))}, strides {st}, pads {pd}")
         c_in = sx[-nsp - 1]
         if g < 1 or c_in != sw[1] * g or sw[0] % g:
             raise VerifyException(f"wave.conv: channels x {c_in}, w {list(sw)}, group {g} do not match")
-        if self.bias is not None and shape_of(self.bias) != (sw[0],):
+        if self.bias is not None and shape_of(self.bias)[-1:] != (sw[0],):
             raise VerifyException(f"wave.conv: bias must be [{sw[0]}], got {list(shape_of(self.bias))}")
         sp = tuple(conv_out_size(sx[-nsp + i], sw[2 + i], st[i], dl[i], pd[i] + pd[nsp + i]) for i in range(nsp))
         if out != (*sx[: -nsp - 1], sw[0], *sp):

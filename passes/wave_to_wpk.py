@@ -21,11 +21,14 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave, wpk
 from wavec.opcodes import (
+    MAX_INPUTS,
     REDUCE_KINDS,
+    Expr,
     ConvParams,
     EwiseParams,
     MatmulParams,
@@ -135,7 +138,9 @@ class _Lowering:
             words = params.pack()
             opcode = type(params).__name__.removesuffix("Params").lower()
             sessions = self.n if out.per_session else 1
-            for s0, s1, e0, e1 in tiles(sessions, max(params.n_elems, 1), self.workers, self.min_elems):
+            if params.n_elems == 0:  # an empty tensor: nothing to compute, no task
+                continue
+            for s0, s1, e0, e1 in tiles(sessions, params.n_elems, self.workers, self.min_elems):
                 tasks.append(
                     wpk.TaskOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), (s0, s1), (e0, e1), words)
                 )
@@ -203,8 +208,8 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc) ->
 
 
 def _lower_conv(lw: _Lowering, op: wave.ConvOp, ins: list[Loc], out: Loc) -> tuple:
-    sw = wave.shape_of(op.w)
-    nsp = len(sw) - 2
+    sw = ins[1].session_shape
+    nsp = len(op.strides.get_values())
     xs, os_ = ins[0].session_shape, out.session_shape
     pads = tuple(op.pads.get_values())
     params = ConvParams(
@@ -288,6 +293,48 @@ def _transpose_part(lw: _Lowering, op: wave.TransposeOp, x: Loc, out: Loc) -> tu
     return params, [x], out
 
 
+def _widest_subtree(expr: Expr) -> Expr | None:
+    """The largest call in `expr` that reads between 2 and MAX_INPUTS distinct inputs."""
+    best = None
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if node.kind != "call":
+            continue
+        used = node.inputs()
+        if 2 <= len(used) <= MAX_INPUTS and (best is None or len(used) > len(best.inputs())):
+            best = node
+        stack.extend(node.args)
+    return best
+
+
+def _replace_subtree(expr: Expr, target: Expr, leaf: Expr) -> Expr:
+    if expr is target:
+        return leaf
+    if expr.kind != "call":
+        return expr
+    return Expr("call", expr.value, tuple(_replace_subtree(a, target, leaf) for a in expr.args))
+
+
+def split_wide_ewise(op: wave.EwiseOp) -> list[wave.EwiseOp]:
+    """A task has MAX_INPUTS input slots: an expression over more inputs is computed in several ewise ops,
+    innermost subtrees first. Returns the ops that replace `op`, in order (the last gives its result)."""
+    expr, operands, ops = parse_expr(op.expr.data), list(op.inputs), []
+    while len(expr.inputs()) > MAX_INPUTS:
+        sub = _widest_subtree(expr)
+        used = sorted(sub.inputs())
+        shape = wave.broadcast_shapes([wave.shape_of(operands[i]) for i in used])
+        part = wave.EwiseOp(str(sub.substitute({i: Expr("input", k) for k, i in enumerate(used)})),
+                            [operands[i] for i in used], shape)
+        ops.append(part)
+        operands.append(part.result)
+        expr = _replace_subtree(expr, sub, Expr("input", len(operands) - 1))
+    live = sorted(expr.inputs())
+    final = wave.EwiseOp(str(expr.substitute({i: Expr("input", k) for k, i in enumerate(live)})),
+                         [operands[i] for i in live], wave.shape_of(op.result))
+    return [*ops, final]
+
+
 def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
     if isinstance(op, wave.ReshapeOp):
         src = lw.loc(op.x, op)
@@ -299,6 +346,8 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
     name = _source_name(op, index)
     if isinstance(op, wave.EwiseOp):
         parts = [lw.ewise_part(op.expr.data, ins, out, out.shape)]
+        if len(ins) > MAX_INPUTS:
+            raise PassFailedException(f"wave-to-wpk: wave.ewise has {len(ins)} inputs, a task takes {MAX_INPUTS}")
     elif isinstance(op, wave.MatmulOp):
         parts = [_lower_matmul(lw, op, ins[0], ins[1], out)]
     elif isinstance(op, wave.ConvOp):
@@ -383,6 +432,9 @@ class WaveToWpk(ModulePass):
         block = wave.graph_block(op)
         lw = _Lowering(n, self.workers, self.min_tile_elems)
         pairs = _paired_outputs(block)
+        for node in list(block.ops):
+            if isinstance(node, wave.EwiseOp) and len(node.inputs) > MAX_INPUTS:
+                Rewriter.replace_op(node, split_wide_ewise(node))
         for index, node in enumerate(block.ops):
             if node.name == "func.return" or _lower_boundary(lw, node, pairs):
                 continue

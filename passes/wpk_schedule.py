@@ -5,7 +5,8 @@ of phase p + 1 waits for all of phase p's tasks (target = tasks of p per beat, s
 reset). That is a grid-wide barrier per phase; tile-level dependencies come with the cost-model
 scheduler. Tasks are dealt to workers round robin, continuing where the previous phase stopped, so
 consecutive small phases land on different SMs. A worker runs its tasks in phase order, so every wait is
-on an earlier phase and the program cannot deadlock. Counter 0 is the end-of-beat counter.
+on an earlier phase and the program cannot deadlock. Counter 0 is the end-of-beat counter. A phase
+without tasks (an empty tensor) is skipped: the next phase waits on the last phase that has tasks.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class WpkSchedule(ModulePass):
         next_worker, per_worker = 0, [0] * self.workers
         previous: tuple[int, int] | None = None
         for index, phase in enumerate(phases):
+            if not phase.tasks:  # an empty tensor's phase: waiting on it would order nothing
+                continue
             signal = index + 1 + BEAT_DONE_COUNTER
             for task in phase.tasks:
                 worker = next_worker % self.workers

@@ -90,8 +90,8 @@ def cmd_verify(args) -> int:
     from wavec.profile import load
     from wavec.verify import verify_profile
 
-    summary = verify_profile(load(args.profile))
-    print(f"verified {args.profile}: {summary}")
+    report = verify_profile(load(args.profile))
+    print(f"{args.profile}: {report.summary()}")
     return 0
 
 

@@ -56,11 +56,18 @@ def compile(  # noqa: A001 - the public verb of the package
     Raises WavecError (UnsupportedModelError for the model, VerificationError for a bad schedule)."""
     from wavec.frontends.onnx import import_onnx
 
+    graph = import_onnx(model, bindings=bindings or {}, frames=frames or {}, states=states or [])
+    return compile_graph(graph, sessions=sessions, hw=hw, pipeline=pipeline)
+
+
+def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | None = None, workers: int | None = None) -> Profile:
+    """Runs the pass pipeline on an imported graph (wavec.frontends.onnx.ImportedGraph or any object with
+    `module`, `weights`, `name` and `bindings`) and emits the profile. ``workers`` overrides the target's
+    SM count (tests use a few workers to keep profiles small)."""
     if sessions < 1:
         raise WavecError(f"--sessions must be >= 1, got {sessions}")
     target = load_hw(hw)
-    graph = import_onnx(model, bindings=bindings or {}, frames=frames or {}, states=states or [])
-    spec = pipeline or default_pipeline(sessions, int(target["sm_count"]))
+    spec = pipeline or default_pipeline(sessions, workers or int(target["sm_count"]))
     run_pipeline(graph.module, spec)
     return finish_profile(graph.module, graph.weights, graph.name, target["name"], graph.bindings)
 

@@ -127,8 +127,10 @@ def check_inputs(
             raise RuntimeBackendError(f"input {name!r} has {arr.shape[0]} beats, others have {beats}")
         beats = arr.shape[0]
         frames[name] = arr
-    if beats is None:
-        raise RuntimeBackendError("the profile has no inputs")
+    if beats is None:  # a model with no runtime input: the reset array says how many beats
+        if reset is None:
+            raise RuntimeBackendError("the profile has no inputs: pass reset [beats, sessions] to set the beat count")
+        beats = np.shape(reset)[0]
     if reset is None:
         reset = np.zeros((beats, profile.sessions), bool)
     reset = np.asarray(reset, bool)

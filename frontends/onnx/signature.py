@@ -1,0 +1,155 @@
+"""The session signature of an ONNX graph: which inputs are frames, states or bound scalars, their
+per-session shapes, and where the cohort (batch) axis sits in each.
+
+The cohort axis is the symbolic dim (``dim_param``) that all symbolic inputs share (Silero: ``batch``
+in input [batch, sequence] and state [2, batch, 128]). One session's view fixes it to 1 and records
+its position as ``cohort_axis``. Every other symbolic dim must be bound by ``frames``, either by input
+name (its one non-cohort symbolic dim, Silero: ``frames={"input": 576}``) or by dim name. A graph
+with static shapes describes one session: cohort axis -1 everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from wavec.errors import UnsupportedModelError
+
+
+@dataclass(frozen=True)
+class Port:
+    """A model input, state or output of one session: per-session shape and cohort axis (-1: none)."""
+
+    name: str
+    shape: tuple[int, ...]
+    cohort_axis: int
+
+
+@dataclass
+class Signature:
+    inputs: list[Port] = field(default_factory=list)
+    states: list[tuple[Port, str]] = field(default_factory=list)  # (state input, the output it becomes)
+    bound: dict[str, np.ndarray] = field(default_factory=dict)  # bound scalar inputs, their ONNX dtype
+    cohort_dim: str | None = None
+    dims: dict[str, int] = field(default_factory=dict)  # every symbolic dim's extent (cohort: 1)
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[str | int | None]:
+    """Declared dims: an int, a dim_param name, or None (unknown). Raises for a missing shape."""
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def _elem_name(vi: onnx.ValueInfoProto) -> str:
+    return helper.tensor_dtype_to_string(vi.type.tensor_type.elem_type).removeprefix("TensorProto.").lower()
+
+
+def session_signature(
+    graph: onnx.GraphProto,
+    file: str,
+    bindings: Mapping[str, float],
+    frames: Mapping[str, int],
+    states: Sequence[tuple[str, str]],
+) -> Signature:
+    """Classifies the graph inputs and fixes every per-session shape. Raises UnsupportedModelError for
+    an unknown binding, a non-float32 runtime input, or a symbolic dim nothing binds."""
+    weights = {t.name for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in weights]
+    by_name = {vi.name: vi for vi in inputs}
+    state_of = dict(states)
+    outputs = {vi.name for vi in graph.output}
+    for name in [*bindings, *state_of]:
+        if name not in by_name:
+            raise UnsupportedModelError(f"{file}: binding or state {name!r} is not a graph input; inputs are {sorted(by_name)}")
+    for src, dst in states:
+        if dst not in outputs:
+            raise UnsupportedModelError(f"{file}: state {src!r} pairs with {dst!r}, which is not a graph output; outputs are {sorted(outputs)}")
+    sig = Signature()
+    for name, value in bindings.items():
+        vi = by_name[name]
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        shape = [d if isinstance(d, int) else 1 for d in _dims(vi)]
+        sig.bound[name] = np.full(shape, value, dtype=dtype)
+
+    runtime = [vi for vi in inputs if vi.name not in bindings]
+    for vi in runtime:
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            raise UnsupportedModelError(
+                f"{file}: input {vi.name!r} is {_elem_name(vi)}; runtime tensors must be float32. "
+                f"Bind it (bindings={{{vi.name!r}: value}}) if it is a scalar parameter, or export it as float32"
+            )
+
+    # Dims bound by name first; then the cohort dim is the one every symbolic input shares.
+    sig.dims = {k: int(v) for k, v in frames.items() if k not in by_name}
+    symbolic = [[d for d in _dims(vi) if isinstance(d, str) and d not in sig.dims] for vi in runtime]
+    symbolic = [s for s in symbolic if s]
+    if symbolic:
+        shared = set(symbolic[0]).intersection(*symbolic[1:])
+        # Several shared dims (one input [batch, sequence]): the outermost is the cohort.
+        sig.cohort_dim = next((d for d in symbolic[0] if d in shared), None)
+    if sig.cohort_dim is not None:
+        sig.dims[sig.cohort_dim] = 1
+    for name, extent in frames.items():
+        if name not in by_name:
+            continue
+        free = [d for d in _dims(by_name[name]) if isinstance(d, str) and d not in sig.dims]
+        if len(free) != 1:
+            raise UnsupportedModelError(
+                f"{file}: frames[{name!r}] must bind exactly one symbolic dim of input {name!r}, which has {free}; "
+                f"bind dims by name instead (frames={{'<dim>': N}})"
+            )
+        sig.dims[free[0]] = int(extent)
+
+    for vi in runtime:
+        shape, axis = [], -1
+        for i, d in enumerate(_dims(vi)):
+            if isinstance(d, int):
+                shape.append(d)
+            elif isinstance(d, str) and d in sig.dims:
+                shape.append(sig.dims[d])
+                axis = i if d == sig.cohort_dim else axis
+            else:
+                what = f"dim {d!r}" if d else "an unknown dim"
+                raise UnsupportedModelError(
+                    f"{file}: input {vi.name!r} axis {i} is {what}, which is neither the cohort axis "
+                    f"({sig.cohort_dim!r}) nor bound; pass frames={{{vi.name!r}: N}} to fix its extent"
+                )
+        if not vi.type.tensor_type.HasField("shape"):
+            raise UnsupportedModelError(f"{file}: input {vi.name!r} has no declared shape; export the model with shapes")
+        port = Port(vi.name, tuple(shape), axis)
+        if vi.name in state_of:
+            sig.states.append((port, state_of[vi.name]))
+        else:
+            sig.inputs.append(port)
+    return sig
+
+
+def output_cohort_axis(model: onnx.ModelProto, sig: Signature, name: str, file: str) -> int:
+    """Where the cohort dim sits in output ``name``: from its declared shape, else from ONNX shape
+    inference. -1 when the model has no cohort dim."""
+    if sig.cohort_dim is None:
+        return -1
+    for src, dst in ((p, d) for p, d in sig.states):
+        if dst == name:
+            return src.cohort_axis
+    candidates = [vi for vi in model.graph.output if vi.name == name]
+    for vi in candidates:
+        if sig.cohort_dim in _dims(vi):
+            return _dims(vi).index(sig.cohort_dim)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        for vi in [*inferred.graph.output, *inferred.graph.value_info]:
+            if vi.name == name and sig.cohort_dim in _dims(vi):
+                return _dims(vi).index(sig.cohort_dim)
+    except Exception:  # noqa: BLE001  (inference is a best effort; the error below says what to do)
+        pass
+    raise UnsupportedModelError(
+        f"{file}: cannot tell where the cohort dim {sig.cohort_dim!r} is in output {name!r}; "
+        "declare the output's shape with that dim_param when exporting"
+    )

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""One command for the GPU machine: build, check and time the persistent kernel of saved profiles.
+
+    python3 scripts/gpu_check.py PROFILE_DIR... [--builtin 5 300 4096] [--beats 300] [--warmup 50]
+                                 [--check-beats 3] [--json results.json]
+
+For each profile (a directory written by `wavec compile`, or the tests' built-in program at the given
+cohort sizes): build the cubin with nvcc (cached), run ``--check-beats`` beats with random frames and
+random resets on the GPU and on the interpreter and compare, then time ``--warmup`` + ``--beats`` beats
+and print one row: sessions, workers, tasks, registers/spills, p50/p99 beat latency (publish -> output
+epoch), p50 round trip (frames in, beat, outputs back), max |cuda - interp|.
+
+Needs numpy, cuda-bindings and nvcc; not xDSL. Works from a plain checkout: when `wavec` is not
+installed, it maps the repository's top-level packages under the `wavec` name itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _import_wavec() -> None:
+    """Makes `wavec.targets` importable from a checkout that was not pip-installed (setuptools'
+    package-dir maps top-level `targets/` to `wavec.targets`)."""
+    try:
+        import wavec.targets.cuda  # noqa: F401
+        return
+    except ImportError:
+        pass
+    sys.path.insert(0, str(ROOT))
+    import wavec
+
+    for sub in ("targets",):
+        name = f"wavec.{sub}"
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / sub / "__init__.py", submodule_search_locations=[str(ROOT / sub)]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        setattr(wavec, sub, module)
+        spec.loader.exec_module(module)
+
+
+def random_inputs(profile, beats: int, seed: int, reset_rate: float = 0.1):
+    rng = np.random.default_rng(seed)
+    frames = {
+        spec["name"]: rng.normal(size=(beats, profile.sessions, *spec["shape"])).astype(np.float32)
+        for spec in profile.meta["inputs"]
+    }
+    reset = rng.random((beats, profile.sessions)) < reset_rate
+    reset[0] = True  # every session joins at the first beat
+    return frames, reset
+
+
+def max_abs_err(a: dict, b: dict) -> float:
+    err = 0.0
+    for k in b:
+        d = np.abs(a[k].astype(np.float64) - b[k].astype(np.float64))
+        if d.size:
+            err = max(err, float(np.nanmax(d)) if not np.isnan(d).all() else float("nan"))
+        if np.isnan(a[k]).sum() != np.isnan(b[k]).sum():
+            err = float("nan")
+    return err
+
+
+def check_profile(label: str, profile, args) -> dict:
+    from wavec.targets.cuda import runtime
+    from wavec.targets.cuda.build import build_cubin, build_report
+    from wavec.targets.interp import run_beats as interp_run
+
+    row = {"profile": label, "sessions": profile.sessions, "workers": int(profile.meta["workers"]),
+           "tasks": int(len(profile.payloads))}
+    t0 = time.perf_counter()
+    cubin = build_cubin(runtime.kernel_source(profile))
+    row["build_s"] = round(time.perf_counter() - t0, 2)
+    report = build_report(cubin)
+    regs = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    stack = re.search(r"(\d+) bytes stack frame", report)
+    row["registers"] = int(regs.group(1)) if regs else None
+    row["spill_bytes"] = int(spills.group(1)) + int(spills.group(2)) if spills else None
+    row["stack_bytes"] = int(stack.group(1)) if stack else None
+
+    frames, reset = random_inputs(profile, args.check_beats, seed=1)
+    got = runtime.run_beats(profile, frames, reset, cubin=cubin)
+    t0 = time.perf_counter()
+    want = interp_run(profile, frames, reset)
+    row["interp_s"] = round(time.perf_counter() - t0, 2)
+    row["max_abs_err"] = max_abs_err(got, want)
+
+    n = args.warmup + args.beats
+    frames, reset = random_inputs(profile, n, seed=2, reset_rate=0.01)
+    trips = []
+    with runtime.CudaSession(profile, cubin=cubin) as session:
+        for b in range(n):
+            t = time.perf_counter_ns()
+            session.beat({k: v[b] for k, v in frames.items()}, reset[b])
+            trips.append((time.perf_counter_ns() - t) / 1e3)
+        lat = np.array(session.latencies_us[args.warmup :])
+    trips = np.array(trips[args.warmup :])
+    row["beat_p50_us"] = round(float(np.percentile(lat, 50)), 2)
+    row["beat_p99_us"] = round(float(np.percentile(lat, 99)), 2)
+    row["beat_min_us"] = round(float(lat.min()), 2)
+    row["trip_p50_us"] = round(float(np.percentile(trips, 50)), 2)
+    row["ok"] = bool(row["max_abs_err"] <= args.tol)
+    return row
+
+
+COLUMNS = [
+    ("profile", "profile", 28), ("sessions", "sess", 6), ("workers", "wk", 4), ("tasks", "tasks", 6),
+    ("registers", "regs", 5), ("spill_bytes", "spill", 6), ("beat_min_us", "min_us", 8),
+    ("beat_p50_us", "p50_us", 8), ("beat_p99_us", "p99_us", 8), ("trip_p50_us", "trip_us", 8),
+    ("max_abs_err", "max_err", 10), ("ok", "ok", 4),
+]
+
+
+def print_row(row: dict | None) -> None:
+    if row is None:
+        print("  ".join(f"{title:>{w}}" for _, title, w in COLUMNS), flush=True)
+        return
+    cells = []
+    for key, _, w in COLUMNS:
+        v = row.get(key, "")
+        if isinstance(v, float) and key == "max_abs_err":
+            v = f"{v:.2e}"
+        cells.append(f"{str(v)[-w:]:>{w}}")
+    print("  ".join(cells), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profiles", nargs="*", help="profile directories")
+    ap.add_argument("--builtin", type=int, nargs="*", default=[], metavar="SESSIONS",
+                    help="also check the tests' built-in program (tests/test_cuda.py) at these cohort sizes")
+    ap.add_argument("--beats", type=int, default=300, help="timed beats (default 300)")
+    ap.add_argument("--warmup", type=int, default=50, help="untimed beats first (default 50)")
+    ap.add_argument("--check-beats", type=int, default=3, help="beats compared with the interpreter (default 3)")
+    ap.add_argument("--tol", type=float, default=1e-4, help="max |cuda - interp| that passes (default 1e-4)")
+    ap.add_argument("--json", type=Path, help="write the rows here")
+    args = ap.parse_args(argv)
+    _import_wavec()
+    from wavec.profile import load
+    from wavec.targets.cuda import runtime
+
+    if not runtime.gpu_available():
+        print("gpu_check: no CUDA GPU with cuda-bindings on this machine", file=sys.stderr)
+        return 2
+    jobs = [(str(p), lambda p=p: load(p)) for p in args.profiles]
+    if args.builtin:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from test_cuda import build_test_profile
+
+        jobs += [(f"builtin:{n}", lambda n=n: build_test_profile(sessions=n)[0]) for n in args.builtin]
+    if not jobs:
+        ap.error("give profile directories or --builtin SESSIONS")
+    rows, failed = [], 0
+    print_row(None)
+    for label, make in jobs:
+        try:
+            row = check_profile(label, make(), args)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next profile
+            traceback.print_exc()
+            row = {"profile": label, "error": f"{type(e).__name__}: {e}", "ok": False}
+        rows.append(row)
+        failed += not row.get("ok")
+        print_row(row)
+        if "error" in row:
+            print(f"    {row['error']}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    print(f"{len(rows) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

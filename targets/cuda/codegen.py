@@ -1,0 +1,669 @@
+"""Generates the persistent kernel (``kernel.cu``) of one profile.
+
+The source is deterministic byte for byte for a given profile.json: the Payload struct comes from
+wavec.payload.cuda_struct(), the elementwise function tables from the UNARY / BINARY / TERNARY dicts of
+wavec.opcodes (same order, same C expressions, so the two cannot drift), and every number that depends on
+the profile is a named ``constexpr`` with a comment.
+
+Protocol between this kernel and the host runtime (targets/cuda/runtime.py), version ``PROTOCOL``:
+
+- ``host_flags`` (mapped pinned host memory, written by the host): ``[0]`` the input epoch (beat b's inputs
+  are in device memory once it reads b+1), ``[1]`` stop (non-zero ends the kernel at the next beat boundary,
+  or inside any wait).
+- ``out_epoch`` (mapped pinned host memory, written by the kernel): ``[0]`` the output epoch (b+1 once
+  every output of beat b is in device memory), ``[1..7]`` the first error the kernel hit (see ``kErr*``).
+- ``counters``: the profile's ``n_counters`` task counters followed by ``EXTRA_COUNTERS`` words the kernel
+  keeps for itself (the epoch and stop mirrors); all zero before the launch.
+
+State reset is the program's job, as in the interpreter: the runtime writes the reset flags into the input
+arena and the compiled tasks read them. The runtime initializes every state slot once, before the launch.
+A task whose ``signal`` is counter 0 (the end-of-beat counter) signals nothing.
+
+Only block 0 polls host memory; it mirrors the epoch into device memory for the other blocks, so an idle
+cohort costs one PCIe poller rather than one per SM.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from string import Template
+
+from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
+from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
+
+PROTOCOL = 1
+PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
+KERNEL_NAME = "wavec_persistent"
+BLOCK_THREADS = 256
+STACK_DEPTH = 16  # elementwise bytecode stack (wavec.opcodes.compile_expr promises at most 16)
+EXTRA_COUNTERS = 2  # epoch mirror, stop mirror
+HOST_FLAG_WORDS = 4
+OUT_EPOCH_WORDS = 8
+
+# host_flags / out_epoch word indices (the runtime imports these).
+HOST_INPUT_EPOCH, HOST_STOP = 0, 1
+OUT_EPOCH, OUT_ERROR, OUT_ERROR_TASK, OUT_ERROR_COUNTER, OUT_ERROR_SEEN, OUT_ERROR_TARGET, OUT_ERROR_BEAT, OUT_ERROR_WORKER = range(8)
+ERRORS = {
+    1: "a counter wait timed out (deadlock, or a producer that never signals)",
+    2: "a payload has an unknown opcode",
+    3: "an elementwise program overflowed or underflowed its 16-deep stack",
+    4: "a reduce task has an unknown kind",
+    5: "the runtime passed input/output half sizes other than the profile's (seen = input, target = output)",
+    6: "a payload's session range passes the cohort (seen = session_end, target = sessions)",
+}
+
+
+def _c_name(text: object) -> str:
+    """A name made safe for a C comment or string literal (the profile's names are user text)."""
+    return re.sub(r"[^A-Za-z0-9_.:/+-]", "_", str(text))
+
+
+def total_counters(meta: dict) -> int:
+    """uint32 words the runtime allocates for ``counters``: the profile's plus the kernel's own."""
+    return int(meta["n_counters"]) + EXTRA_COUNTERS
+
+
+def _c_float_fn(table: dict, params: str, name: str, doc: str) -> str:
+    args = ", ".join(f"float {p}" for p in params)
+    lines = [f"// {doc}", f"__device__ __forceinline__ float {name}(unsigned code, {args}) {{", "  switch (code) {"]
+    for code, (fn, (_np, c_expr)) in enumerate(table.items()):
+        lines.append(f"    case {code}: return {c_expr};  // {fn}")
+    lines.append("    default: return __int_as_float(0x7fffffff);  // unknown code: NaN")
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def generate_kernel(profile_meta: dict) -> str:
+    """The CUDA C source of the persistent kernel for ``profile_meta`` (profile.json's content)."""
+    meta = profile_meta
+    arena = {a.name.lower(): int(meta.get("arena_bytes", {}).get(a.name.lower(), 0)) for a in Arena}
+    subs = {
+        "protocol_marker": PROTOCOL_MARKER,
+        "model": _c_name(meta.get("model", "?")),
+        "hw": _c_name(meta.get("hw", "?")),
+        "payload_struct": cuda_struct(),
+        "workers": int(meta["workers"]),
+        "sessions": int(meta["sessions"]),
+        "n_tasks": sum(int(e) - int(b) for b, e in meta.get("worker_tasks", [])),
+        "n_counters": int(meta["n_counters"]),
+        "extra_counters": EXTRA_COUNTERS,
+        "block_threads": BLOCK_THREADS,
+        "stack_depth": STACK_DEPTH,
+        "max_inputs": MAX_INPUTS,
+        "out_slot": OUT,
+        "n_operands": N_OPERANDS,
+        "max_waits": MAX_WAITS,
+        "beat_done_counter": BEAT_DONE_COUNTER,
+        "arena_weights": int(Arena.WEIGHTS),
+        "arena_state": int(Arena.STATE),
+        "arena_act": int(Arena.ACT),
+        "arena_input": int(Arena.INPUT),
+        "arena_output": int(Arena.OUTPUT),
+        "bytes_weights": arena["weights"],
+        "bytes_state": arena["state"],
+        "bytes_act": arena["act"],
+        "bytes_input": arena["input"],
+        "bytes_output": arena["output"],
+        "op_ewise": int(Opcode.EWISE),
+        "op_matmul": int(Opcode.MATMUL),
+        "op_conv": int(Opcode.CONV),
+        "op_reduce": int(Opcode.REDUCE),
+        "insn_input": int(Insn.INPUT),
+        "insn_const": int(Insn.CONST),
+        "insn_unary": int(Insn.UNARY),
+        "insn_binary": int(Insn.BINARY),
+        "insn_ternary": int(Insn.TERNARY),
+        "reduce_consts": "\n".join(
+            f"constexpr int kReduce_{k} = {i};" for i, k in enumerate(REDUCE_KINDS)
+        ),
+        "n_reduce_kinds": len(REDUCE_KINDS),
+        "reduce_cases": "\n".join(
+            f"    case kReduce_{k}: reduce_tile<kReduce_{k}>(t, p, arena_base); break;" for k in REDUCE_KINDS
+        ),
+        "last_reduce": REDUCE_KINDS[-1],
+        "host_input_epoch": HOST_INPUT_EPOCH,
+        "host_stop": HOST_STOP,
+        "unary_fn": _c_float_fn(UNARY, "a", "unary_op", "wavec.opcodes.UNARY, in its order"),
+        "binary_fn": _c_float_fn(BINARY, "ab", "binary_op", "wavec.opcodes.BINARY, in its order: a = second from top"),
+        "ternary_fn": _c_float_fn(TERNARY, "cab", "ternary_op", "wavec.opcodes.TERNARY, in its order: c pushed first"),
+        "kernel_name": KERNEL_NAME,
+    }
+    return _TEMPLATE.substitute(subs)
+
+
+_TEMPLATE = Template(
+    r"""// kernel.cu: the persistent kernel of one wavec profile. Generated by wavec.targets.cuda.codegen; do not edit.
+$protocol_marker
+// model: $model   hw: $hw   sessions: $sessions   workers: $workers   tasks: $n_tasks
+//
+// One block per SM, resident for the whole process. Every beat, each block runs its static list of tasks
+// (worker_tasks[blockIdx.x]); a task waits until counter[wait_counter[i]] >= wait_count[i] * (beat + 1)
+// (acquire), runs its body with every thread of the block, then increments counter[signal] (release).
+// Counters only grow; comparisons are wrap-safe, so a process may run for 2^32 beats and beyond.
+#include <stdint.h>
+
+$payload_struct
+
+namespace wavec {
+
+// ---- Profile constants (profile.json) ---------------------------------------------------------------
+constexpr unsigned kWorkers = $workers;          // blocks in the grid, one per SM ("workers")
+constexpr unsigned kSessions = $sessions;        // cohort capacity N ("sessions")
+constexpr unsigned kProfileCounters = $n_counters;  // task counters the schedule uses ("n_counters")
+// Arena sizes in bytes ("arena_bytes"): weights $bytes_weights, state $bytes_state, activations $bytes_act.
+constexpr unsigned long long kInputHalfBytes = $bytes_input;    // one half of the double-buffered input arena
+constexpr unsigned long long kOutputHalfBytes = $bytes_output;  // one half of the double-buffered output arena
+
+// ---- Kernel configuration -------------------------------------------------------------------------
+constexpr unsigned kBlockThreads = $block_threads;  // threads per block (the runtime launches with this)
+constexpr int kStackDepth = $stack_depth;          // elementwise bytecode stack depth
+constexpr unsigned kBeatDoneCounter = $beat_done_counter;  // every worker adds 1 per beat
+constexpr unsigned kEpochMirror = kProfileCounters + 0;  // block 0 copies host_flags[input epoch] here
+constexpr unsigned kStopMirror = kProfileCounters + 1;   // block 0 copies host_flags[stop] here
+constexpr unsigned kTotalCounters = kProfileCounters + $extra_counters;  // words the runtime allocates
+constexpr unsigned kMaxBackoffNs = 256;              // __nanosleep cap while spinning on device counters
+constexpr unsigned kHostPollMaxBackoffNs = 512;      // cap while block 0 polls host memory (PCIe)
+constexpr unsigned kStopCheckPolls = 64;             // polls between two reads of the host stop flag
+constexpr unsigned long long kWaitTimeoutNs = 10000000000ull;  // a counter wait this long is a deadlock
+
+// ---- Contract constants (wavec/opcodes.py, wavec/payload.py) --------------------------------------
+constexpr int kMaxInputs = $max_inputs;   // input operand slots 0..kMaxInputs-1
+constexpr int kOutSlot = $out_slot;       // the output operand slot
+constexpr int kOperands = $n_operands;
+constexpr int kMaxWaits = $max_waits;
+constexpr unsigned kArenaWeights = $arena_weights, kArenaState = $arena_state, kArenaAct = $arena_act,
+                   kArenaInput = $arena_input, kArenaOutput = $arena_output;
+constexpr unsigned kOpEwise = $op_ewise, kOpMatmul = $op_matmul, kOpConv = $op_conv, kOpReduce = $op_reduce;
+constexpr unsigned kInsnInput = $insn_input, kInsnConst = $insn_const, kInsnUnary = $insn_unary,
+                   kInsnBinary = $insn_binary, kInsnTernary = $insn_ternary;
+$reduce_consts
+constexpr int kReduceKinds = $n_reduce_kinds;
+static_assert(kReduce_$last_reduce + 1 == kReduceKinds, "REDUCE_KINDS table is incomplete");
+
+// ---- Host protocol ----------------------------------------------------------------------------------
+constexpr int kHostInputEpoch = $host_input_epoch;  // host_flags[]: input epoch published by the host
+constexpr int kHostStop = $host_stop;               // host_flags[]: non-zero asks the kernel to return
+constexpr int kOutEpoch = 0;        // out_epoch[]: beat + 1 once the beat's outputs are in device memory
+constexpr int kOutError = 1;        // out_epoch[1..7]: the first error (code, task, counter, seen, target, beat, worker)
+constexpr unsigned kErrWaitTimeout = 1, kErrBadOpcode = 2, kErrStack = 3, kErrReduceKind = 4, kErrArenaSize = 5,
+                   kErrSessions = 6;
+
+// ---- Memory-model helpers -------------------------------------------------------------------------
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned ld_acquire_sys(const volatile unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_release_sys(unsigned* p, unsigned v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Counters and epochs grow monotonically modulo 2^32: "reached" is a wrap-safe >=.
+__device__ __forceinline__ bool reached(unsigned value, unsigned target) { return (int)(value - target) >= 0; }
+
+// Claimed by the first error; device memory, since atomics on mapped host memory are not portable.
+__device__ unsigned g_error_claimed = 0;
+
+// Records the first error the kernel hits into out_epoch[1..7] (mapped host memory): the details first,
+// the code (which the host polls) last.
+__device__ void record_error(unsigned* out_epoch, unsigned code, unsigned task, unsigned counter, unsigned seen,
+                             unsigned target, unsigned beat) {
+  if (atomicCAS(&g_error_claimed, 0u, 1u) == 0u) {
+    volatile unsigned* e = out_epoch;
+    e[kOutError + 1] = task;
+    e[kOutError + 2] = counter;
+    e[kOutError + 3] = seen;
+    e[kOutError + 4] = target;
+    e[kOutError + 5] = beat;
+    e[kOutError + 6] = blockIdx.x;
+    __threadfence_system();
+    st_release_sys(&out_epoch[kOutError], code);
+  }
+}
+
+enum WaitResult : int { kReached = 0, kStopped = 1, kFailed = 2 };
+
+// Spins (one thread) until *word reaches target. Reads the host stop flag every kStopCheckPolls polls;
+// with `timeout`, records kErrWaitTimeout after kWaitTimeoutNs.
+template <bool kSystemScope>
+__device__ int spin_until(const unsigned* word, unsigned target, const volatile unsigned* host_flags,
+                          unsigned* out_epoch, bool timeout, unsigned task, unsigned counter, unsigned beat) {
+  unsigned v = kSystemScope ? ld_acquire_sys(word) : ld_acquire_gpu(word);
+  if (reached(v, target)) return kReached;
+  const unsigned max_ns = kSystemScope ? kHostPollMaxBackoffNs : kMaxBackoffNs;
+  const unsigned long long start = global_timer_ns();
+  unsigned ns = 16;
+  for (unsigned polls = 1;; ++polls) {
+    __nanosleep(ns);
+    ns = ns < max_ns ? 2 * ns : max_ns;
+    v = kSystemScope ? ld_acquire_sys(word) : ld_acquire_gpu(word);
+    if (reached(v, target)) return kReached;
+    if (polls % kStopCheckPolls == 0) {
+      if (ld_acquire_sys(&host_flags[kHostStop]) != 0u) return kStopped;
+      if (timeout && global_timer_ns() - start > kWaitTimeoutNs) {
+        record_error(out_epoch, kErrWaitTimeout, task, counter, v, target, beat);
+        return kFailed;
+      }
+    }
+  }
+}
+
+// ---- Elementwise function tables (generated from wavec/opcodes.py) ---------------------------------
+$unary_fn
+
+$binary_fn
+
+$ternary_fn
+
+// ---- Task bodies ------------------------------------------------------------------------------------
+// Each thread takes (session, element) pairs of the task's tile, strided by blockDim.x.
+struct TileCursor {
+  unsigned s, e;            // current session and element offset inside [elem_begin, elem_end)
+  unsigned n, ds, de;       // elements per session; the stride split into sessions and elements
+  __device__ TileCursor(const Payload& t) {
+    n = t.elem_end - t.elem_begin;
+    s = t.session_begin + threadIdx.x / n;
+    e = threadIdx.x % n;
+    ds = blockDim.x / n;
+    de = blockDim.x % n;
+  }
+  __device__ __forceinline__ void next() {
+    s += ds;
+    e += de;
+    if (e >= n) {
+      e -= n;
+      ++s;
+    }
+  }
+};
+
+struct OperandView {
+  char* base;          // session 0 of the operand
+  unsigned long long sstride;  // bytes between sessions
+  __device__ __forceinline__ float* at(unsigned s, long long elem) const {
+    return reinterpret_cast<float*>(base + s * sstride) + elem;
+  }
+};
+
+__device__ __forceinline__ OperandView operand(const Payload& t, char* const* arena_base, int k) {
+  const unsigned arena = (t.arenas >> (4 * k)) & 0xFu;
+  return OperandView{arena_base[arena] + t.offset[k], t.session_stride[k]};
+}
+
+// EWISE: out[idx] = expr(in_0[idx], ...). Words: EWISE, rank, shape[rank], out_strides[rank], n_in,
+// in_strides[n_in][rank], n_code, code[n_code]; insn = kind << 40 | code << 32 | arg.
+__device__ void ewise_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                           unsigned* out_epoch, unsigned beat) {
+  const int rank = (int)p[1];
+  const long long* shape = p + 2;
+  const long long* out_strides = shape + rank;
+  const int n_in = (int)out_strides[rank];
+  const long long* in_strides = out_strides + rank + 1;
+  const long long n_code = in_strides[n_in * rank];
+  const long long* code = in_strides + n_in * rank + 1;
+  const OperandView out = operand(t, arena_base, kOutSlot);
+  OperandView in[kMaxInputs];
+#pragma unroll
+  for (int k = 0; k < kMaxInputs; ++k) in[k] = k < n_in ? operand(t, arena_base, k) : OperandView{nullptr, 0};
+  bool stack_error = false;
+  for (TileCursor c(t); c.s < t.session_end; c.next()) {
+    long long out_off = 0, in_off[kMaxInputs] = {0, 0, 0, 0};
+    unsigned rem = t.elem_begin + c.e;
+    for (int d = rank - 1; d >= 0; --d) {
+      const unsigned dim = (unsigned)shape[d];
+      const long long i = rem % dim;
+      rem /= dim;
+      out_off += i * out_strides[d];
+#pragma unroll
+      for (int k = 0; k < kMaxInputs; ++k)
+        if (k < n_in) in_off[k] += i * in_strides[k * rank + d];
+    }
+    float stack[kStackDepth];
+    int sp = 0;
+    for (long long pc = 0; pc < n_code; ++pc) {
+      const unsigned long long w = (unsigned long long)code[pc];
+      const unsigned kind = (unsigned)(w >> 40), op = (unsigned)(w >> 32) & 0xFFu, arg = (unsigned)w;
+      const int pops = kind == kInsnUnary ? 1 : kind == kInsnBinary ? 2 : kind == kInsnTernary ? 3 : 0;
+      const int pushes = 1;
+      if (sp < pops || sp - pops + pushes > kStackDepth) {
+        stack_error = true;
+        break;
+      }
+      if (kind == kInsnInput) {
+        float v = 0.0f;
+        switch (arg) {
+          case 0: v = *in[0].at(c.s, in_off[0]); break;
+          case 1: v = *in[1].at(c.s, in_off[1]); break;
+          case 2: v = *in[2].at(c.s, in_off[2]); break;
+          case 3: v = *in[3].at(c.s, in_off[3]); break;
+          default: stack_error = true; break;
+        }
+        stack[sp++] = v;
+      } else if (kind == kInsnConst) {
+        stack[sp++] = __uint_as_float(arg);
+      } else if (kind == kInsnUnary) {
+        stack[sp - 1] = unary_op(op, stack[sp - 1]);
+      } else if (kind == kInsnBinary) {
+        const float b = stack[--sp];
+        stack[sp - 1] = binary_op(op, stack[sp - 1], b);
+      } else if (kind == kInsnTernary) {
+        const float b = stack[--sp];
+        const float a = stack[--sp];
+        stack[sp - 1] = ternary_op(op, stack[sp - 1], a, b);
+      } else {
+        stack_error = true;
+        break;
+      }
+    }
+    if (sp != 1) stack_error = true;
+    *out.at(c.s, out_off) = stack_error ? __int_as_float(0x7fffffff) : stack[0];
+  }
+  if (stack_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+}
+
+// MATMUL: out[idx] = sum_k a[idx, k] * b[idx, k]. Words: MATMUL, rank, shape[rank], K, out_strides[rank],
+// a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's).
+__device__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
+  const int rank = (int)p[1];
+  const long long* shape = p + 2;
+  const long long K = shape[rank];
+  const long long* out_strides = shape + rank + 1;
+  const long long* a_strides = out_strides + rank;
+  const long long* b_strides = a_strides + rank + 1;
+  const long long ak = a_strides[rank], bk = b_strides[rank];
+  const OperandView out = operand(t, arena_base, kOutSlot);
+  const OperandView a = operand(t, arena_base, 0);
+  const OperandView b = operand(t, arena_base, 1);
+  for (TileCursor c(t); c.s < t.session_end; c.next()) {
+    long long out_off = 0, a_off = 0, b_off = 0;
+    unsigned rem = t.elem_begin + c.e;
+    for (int d = rank - 1; d >= 0; --d) {
+      const unsigned dim = (unsigned)shape[d];
+      const long long i = rem % dim;
+      rem /= dim;
+      out_off += i * out_strides[d];
+      a_off += i * a_strides[d];
+      b_off += i * b_strides[d];
+    }
+    const float* pa = a.at(c.s, a_off);
+    const float* pb = b.at(c.s, b_off);
+    float acc = 0.0f;
+#pragma unroll 4
+    for (long long k = 0; k < K; ++k) acc = fmaf(pa[k * ak], pb[k * bk], acc);
+    *out.at(c.s, out_off) = acc;
+  }
+}
+
+// CONV (ONNX, NC + spatial, contiguous): out[n, o, y] = bias[o] + sum x[n, g*Cg + c, y*s + k*d - p] w[o, c, k].
+// Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp], stride[nsp],
+// pad_begin[nsp], dilation[nsp]. Inputs: x, w, bias (when has_bias). Out-of-range reads are 0.
+__device__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
+  const int nsp = (int)p[1];
+  const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
+  const long long* in_sp = p + 7;
+  const long long* out_sp = in_sp + nsp;
+  const long long* kernel = out_sp + nsp;
+  const long long* stride = kernel + nsp;
+  const long long* pad = stride + nsp;
+  const long long* dilation = pad + nsp;
+  long long in_total = 1, out_total = 1, k_total = 1;
+  for (int d = 0; d < nsp; ++d) {
+    in_total *= in_sp[d];
+    out_total *= out_sp[d];
+    k_total *= kernel[d];
+  }
+  const long long cg = c_in / group, og = c_out / group;
+  const OperandView out = operand(t, arena_base, kOutSlot);
+  const OperandView x = operand(t, arena_base, 0);
+  const OperandView w = operand(t, arena_base, 1);
+  const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
+  for (TileCursor c(t); c.s < t.session_end; c.next()) {
+    const long long e = t.elem_begin + c.e;
+    const long long n = e / (c_out * out_total);
+    const long long o = (e / out_total) % c_out;
+    const long long y_flat = e % out_total;
+    const float* px = x.at(c.s, (n * c_in + (o / og) * cg) * in_total);
+    const float* pw = w.at(c.s, o * cg * k_total);
+    float acc = 0.0f;
+    for (long long kk = 0; kk < k_total; ++kk) {
+      long long in_off = 0, in_step = 1, rem_k = kk, rem_y = y_flat;
+      bool valid = true;
+      for (int d = nsp - 1; d >= 0; --d) {
+        const long long kd = rem_k % kernel[d], yd = rem_y % out_sp[d];
+        rem_k /= kernel[d];
+        rem_y /= out_sp[d];
+        const long long pos = yd * stride[d] + kd * dilation[d] - pad[d];
+        valid = valid && pos >= 0 && pos < in_sp[d];
+        in_off += pos * in_step;
+        in_step *= in_sp[d];
+      }
+      if (!valid) continue;
+      for (long long ci = 0; ci < cg; ++ci) acc = fmaf(px[ci * in_total + in_off], pw[ci * k_total + kk], acc);
+    }
+    if (has_bias) acc += *bias.at(c.s, o);
+    *out.at(c.s, e) = acc;
+  }
+}
+
+// One reduction row: `kKind` indexes wavec.opcodes.REDUCE_KINDS.
+template <int kKind>
+__device__ float reduce_row(const float* in, int rrank, const long long* rshape, const long long* rstrides,
+                            long long r_total) {
+  auto load = [&](long long j) -> float {
+    if (rrank == 1) return in[j * rstrides[0]];
+    long long off = 0, rem = j;
+    for (int d = rrank - 1; d >= 0; --d) {
+      off += (rem % rshape[d]) * rstrides[d];
+      rem /= rshape[d];
+    }
+    return in[off];
+  };
+  if constexpr (kKind == kReduce_max || kKind == kReduce_min || kKind == kReduce_logsumexp) {
+    float m = load(0);
+    for (long long j = 1; j < r_total; ++j) m = kKind == kReduce_min ? fminf(m, load(j)) : fmaxf(m, load(j));
+    if constexpr (kKind != kReduce_logsumexp) {
+      return m;
+    } else {
+      const float shift = isfinite(m) ? m : 0.0f;
+      float s = 0.0f;
+      for (long long j = 0; j < r_total; ++j) s += expf(load(j) - shift);
+      return shift + logf(s);
+    }
+  } else if constexpr (kKind == kReduce_prod) {
+    float acc = 1.0f;
+    for (long long j = 0; j < r_total; ++j) acc *= load(j);
+    return acc;
+  } else {
+    float acc = 0.0f;
+    for (long long j = 0; j < r_total; ++j) {
+      const float v = load(j);
+      if constexpr (kKind == kReduce_sumsquare || kKind == kReduce_l2) acc = fmaf(v, v, acc);
+      else if constexpr (kKind == kReduce_l1) acc += fabsf(v);
+      else acc += v;
+    }
+    if constexpr (kKind == kReduce_mean) return acc / (float)r_total;
+    if constexpr (kKind == kReduce_l2) return sqrtf(acc);
+    return acc;
+  }
+}
+
+// REDUCE: out[idx] = reduce_j in[idx, j]. Words: REDUCE, kind, rank, shape[rank], out_strides[rank],
+// in_strides[rank], rrank, rshape[rrank], rstrides[rrank]. An empty reduction gives the kind's identity.
+template <int kKind>
+__device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
+  const int rank = (int)p[2];
+  const long long* shape = p + 3;
+  const long long* out_strides = shape + rank;
+  const long long* in_strides = out_strides + rank;
+  const int rrank = (int)in_strides[rank];
+  const long long* rshape = in_strides + rank + 1;
+  const long long* rstrides = rshape + rrank;
+  long long r_total = 1;
+  for (int d = 0; d < rrank; ++d) r_total *= rshape[d];
+  float identity = 0.0f;
+  if constexpr (kKind == kReduce_max || kKind == kReduce_logsumexp) identity = -__int_as_float(0x7f800000);
+  if constexpr (kKind == kReduce_min) identity = __int_as_float(0x7f800000);
+  if constexpr (kKind == kReduce_prod) identity = 1.0f;
+  const OperandView out = operand(t, arena_base, kOutSlot);
+  const OperandView in = operand(t, arena_base, 0);
+  for (TileCursor c(t); c.s < t.session_end; c.next()) {
+    long long out_off = 0, in_off = 0;
+    unsigned rem = t.elem_begin + c.e;
+    for (int d = rank - 1; d >= 0; --d) {
+      const unsigned dim = (unsigned)shape[d];
+      const long long i = rem % dim;
+      rem /= dim;
+      out_off += i * out_strides[d];
+      in_off += i * in_strides[d];
+    }
+    *out.at(c.s, out_off) = r_total == 0 ? identity : reduce_row<kKind>(in.at(c.s, in_off), rrank, rshape, rstrides, r_total);
+  }
+}
+
+__device__ void reduce_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                            unsigned* out_epoch, unsigned beat) {
+  switch ((int)p[1]) {
+$reduce_cases
+    default:
+      if (threadIdx.x == 0) record_error(out_epoch, kErrReduceKind, t.task, 0, (unsigned)p[1], 0, beat);
+  }
+}
+
+__device__ void run_task(const Payload& t, const long long* __restrict__ params, char* const* arena_base,
+                         unsigned* out_epoch, unsigned beat) {
+  if (t.elem_begin >= t.elem_end || t.session_begin >= t.session_end) return;
+  if (t.session_end > kSessions) {
+    if (threadIdx.x == 0) record_error(out_epoch, kErrSessions, t.task, 0, t.session_end, kSessions, beat);
+    return;
+  }
+  const long long* p = params + t.params;
+  switch (t.opcode) {
+    case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
+    case kOpMatmul: matmul_body(t, p, arena_base); break;
+    case kOpConv: conv_body(t, p, arena_base); break;
+    case kOpReduce: reduce_body(t, p, arena_base, out_epoch, beat); break;
+    default:
+      if (threadIdx.x == 0) record_error(out_epoch, kErrBadOpcode, t.task, 0, t.opcode, 0, beat);
+  }
+}
+
+}  // namespace wavec
+
+using namespace wavec;
+
+static_assert(sizeof(int2) == 8, "worker_tasks rows are two int32");
+
+// The persistent kernel: launched once (cooperatively, grid = kWorkers, block = kBlockThreads); returns
+// when the host sets host_flags[kHostStop] or after recording an error.
+extern "C" __global__ void __launch_bounds__(kBlockThreads, 1)
+$kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ worker_tasks,
+                 const long long* __restrict__ params, char* weights, char* state, char* act, char* input,
+                 char* output, unsigned* counters, volatile unsigned* host_flags, unsigned* out_epoch,
+                 unsigned long long input_half_bytes, unsigned long long output_half_bytes) {
+  __shared__ Payload task;
+  __shared__ char* arena_base[kOperands];
+  __shared__ int control;     // WaitResult of thread 0's last wait, for the whole block
+  const int2 range = worker_tasks[blockIdx.x];
+  static_assert(kTotalCounters == kStopMirror + 1, "the runtime allocates kTotalCounters counters");
+  if (blockIdx.x == 0 && threadIdx.x == 0 &&
+      (input_half_bytes != kInputHalfBytes || output_half_bytes != kOutputHalfBytes))
+    record_error(out_epoch, kErrArenaSize, ~0u, 0, (unsigned)input_half_bytes, (unsigned)output_half_bytes, 0);
+
+  for (unsigned beat = 0;; ++beat) {
+    // ---- Beat start: inputs published, previous beat done everywhere -----------------------------
+    if (threadIdx.x == 0) {
+      int r;
+      if (blockIdx.x == 0) {
+        r = spin_until<true>(const_cast<const unsigned*>(&host_flags[kHostInputEpoch]), beat + 1, host_flags,
+                             out_epoch, false, ~0u, ~0u, beat);
+        if (r == kReached)
+          r = spin_until<false>(&counters[kBeatDoneCounter], kWorkers * beat, host_flags, out_epoch, true, ~0u,
+                                kBeatDoneCounter, beat);
+        if (r == kReached) {
+          st_release_gpu(&counters[kEpochMirror], beat + 1);
+        } else {
+          st_release_gpu(&counters[kStopMirror], 1u);
+        }
+      } else {
+        // Wait for block 0's mirror (it implies the previous beat is done everywhere) or its stop.
+        r = kReached;
+        unsigned ns = 16;
+        for (unsigned polls = 1; !reached(ld_acquire_gpu(&counters[kEpochMirror]), beat + 1); ++polls) {
+          if (ld_acquire_gpu(&counters[kStopMirror]) != 0u ||
+              (polls % kStopCheckPolls == 0 && ld_acquire_sys(&host_flags[kHostStop]) != 0u)) {
+            r = kStopped;
+            break;
+          }
+          __nanosleep(ns);
+          ns = ns < kMaxBackoffNs ? 2 * ns : kMaxBackoffNs;
+        }
+      }
+      control = r;
+      arena_base[kArenaWeights] = weights;
+      arena_base[kArenaState] = state;
+      arena_base[kArenaAct] = act;
+      arena_base[kArenaInput] = input + (beat & 1u) * input_half_bytes;
+      arena_base[kArenaOutput] = output + (beat & 1u) * output_half_bytes;
+    }
+    __syncthreads();
+    if (control != kReached) return;
+
+    // ---- The worker's tasks, in order ------------------------------------------------------------
+    for (int i = range.x; i < range.y; ++i) {
+      if (threadIdx.x < sizeof(Payload) / 4)
+        reinterpret_cast<unsigned*>(&task)[threadIdx.x] = __ldg(reinterpret_cast<const unsigned*>(payloads + i) + threadIdx.x);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int r = kReached;
+        for (int w = 0; w < (int)task.n_waits && w < kMaxWaits && r == kReached; ++w)
+          r = spin_until<false>(&counters[task.wait_counter[w]], task.wait_count[w] * (beat + 1), host_flags,
+                                out_epoch, true, task.task, task.wait_counter[w], beat);
+        control = r;
+      }
+      __syncthreads();
+      if (control != kReached) return;
+      const unsigned signal = task.signal;  // read before the next iteration overwrites `task`
+      run_task(task, params, arena_base, out_epoch, beat);
+      __syncthreads();
+      if (threadIdx.x == 0 && signal != kBeatDoneCounter) {
+        __threadfence();
+        red_release_gpu(&counters[signal], 1u);
+      }
+    }
+
+    // ---- Beat end: the last block to finish publishes the output epoch to the host ---------------
+    __syncthreads();  // the block's shared control words are rewritten at the next beat's start
+    if (threadIdx.x == 0) {
+      __threadfence();
+      const unsigned prev = atom_add_acq_rel_gpu(&counters[kBeatDoneCounter], 1u);
+      if (prev == kWorkers * (beat + 1) - 1) {
+        __threadfence_system();
+        st_release_sys(&out_epoch[kOutEpoch], beat + 1);
+      }
+    }
+  }
+}
+"""
+)

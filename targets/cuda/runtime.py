@@ -1,0 +1,451 @@
+"""Host runtime of the persistent kernel over the CUDA driver API (cuda-bindings, imported lazily).
+
+A `CudaSession` loads a profile once: it builds (or takes) the cubin, allocates the arenas, uploads the
+weights, parameters, payloads and worker table, writes every state slot's initial value, puts the host
+flags in mapped pinned memory and launches the kernel ONCE, cooperatively (grid = workers, one block per SM),
+on a non-blocking stream. Each `beat()` then copies the frames and reset flags into input half b % 2 on a
+second stream, publishes the input epoch, spins until the kernel publishes the output epoch, and copies the
+outputs of half b % 2 back. `close()` asks the kernel to return and waits for it.
+
+The host/kernel protocol (flag words, error record) is described in codegen.py. While the kernel runs,
+nothing here may call a driver function that synchronizes the device (cuMemAlloc/cuMemFree, module loads):
+the kernel never returns on its own, so such a call would wait forever.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from wavec.errors import RuntimeBackendError
+from wavec.opcodes import Arena
+from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
+
+from . import codegen
+from .build import build_cubin
+
+_cu = None
+
+
+def driver():
+    """The cuda.bindings.driver module, imported on first use (a clear error without cuda-bindings)."""
+    global _cu
+    if _cu is None:
+        try:
+            from cuda.bindings import driver as cu  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise RuntimeBackendError(
+                "the cuda backend needs cuda-bindings: pip install 'wavec[cuda]' (or cuda-bindings>=12.6)"
+            ) from e
+        _cu = cu
+    return _cu
+
+
+def check(result, what: str):
+    """Unpacks a cuda-bindings result tuple; raises RuntimeBackendError naming the CUresult on failure."""
+    cu = driver()
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if err != cu.CUresult.CUDA_SUCCESS:
+        try:
+            name = cu.cuGetErrorName(err)[1].decode()
+        except Exception:  # noqa: BLE001 - the name is a nicety
+            name = str(err)
+        raise RuntimeBackendError(f"{what} failed: {name}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+def gpu_available() -> bool:
+    """True when cuda-bindings imports, the driver initializes and at least one device exists."""
+    try:
+        cu = driver()
+        if cu.cuInit(0)[0] != cu.CUresult.CUDA_SUCCESS:
+            return False
+        err, n = cu.cuDeviceGetCount()
+        return err == cu.CUresult.CUDA_SUCCESS and n > 0
+    except Exception:  # noqa: BLE001 - no library, no driver, no device: all mean "no"
+        return False
+
+
+def kernel_source(profile) -> str:
+    """The profile's kernel.cu when it speaks this runtime's protocol, else one generated from its meta."""
+    src = getattr(profile, "kernel_source", "") or ""
+    if codegen.PROTOCOL_MARKER in src:
+        return src
+    return codegen.generate_kernel(profile.meta)
+
+
+def _session_view(buf: np.ndarray, offset: int, stride: int, shape, sessions: int, what: str) -> np.ndarray:
+    """float32 view ``[sessions, *shape]`` of a per-session binding inside a staging buffer."""
+    n = math.prod(int(d) for d in shape)
+    try:
+        flat = np.ndarray((sessions, n), np.float32, buffer=buf, offset=int(offset), strides=(int(stride), 4))
+    except (TypeError, ValueError) as e:
+        raise RuntimeBackendError(
+            f"{what}: offset {offset} / session_stride {stride} x {sessions} sessions of {n} floats lie "
+            f"outside its {buf.nbytes}-byte arena half ({e})"
+        ) from e
+    return flat.reshape((sessions, *[int(d) for d in shape]))
+
+
+class _Pinned:
+    """A page-locked host buffer (optionally mapped into the device's address space) viewed as uint8."""
+
+    def __init__(self, nbytes: int, mapped: bool):
+        cu = driver()
+        self.nbytes = max(int(nbytes), 64)
+        flags = (cu.CU_MEMHOSTALLOC_DEVICEMAP | cu.CU_MEMHOSTALLOC_PORTABLE) if mapped else 0
+        self.ptr = int(check(cu.cuMemHostAlloc(self.nbytes, flags), "cuMemHostAlloc"))
+        self.array = np.ctypeslib.as_array((ctypes.c_uint8 * self.nbytes).from_address(self.ptr))
+        self.array[:] = 0
+        self.dptr = int(check(cu.cuMemHostGetDevicePointer(self.ptr, 0), "cuMemHostGetDevicePointer")) if mapped else 0
+
+    def free(self) -> None:
+        if self.ptr:
+            self.array = None
+            driver().cuMemFreeHost(self.ptr)
+            self.ptr = 0
+
+
+class CudaSession:
+    """One loaded profile with its persistent kernel running; feed it beat after beat.
+
+    Options: ``cubin`` (path of a prebuilt cubin; default: build the profile's kernel with nvcc, cached),
+    ``device`` (ordinal, default 0), ``timeout_s`` (how long one beat may take before it is an error,
+    default 30). ``latencies_us`` holds, per beat, the time from publishing the input epoch to seeing the
+    output epoch.
+    """
+
+    def __init__(self, profile, cubin: str | Path | None = None, device: int = 0, timeout_s: float = 30.0):
+        self.profile = profile
+        self.meta = profile.meta
+        self.timeout_s = float(timeout_s)
+        self.sessions = int(self.meta["sessions"])
+        self.workers = int(self.meta["workers"])
+        self.latencies_us: list[float] = []
+        self.beat_index = 0
+        self._dev: dict[str, int] = {}
+        self._pinned: list[_Pinned] = []
+        self._launched = False
+        self._closed = False
+        self._ctx = None
+        self._module = None
+        self._streams: list = []
+        cu = driver()
+        try:
+            check(cu.cuInit(0), "cuInit")
+        except RuntimeBackendError:
+            raise
+        except Exception as e:  # noqa: BLE001 - cuda-bindings raises its own types when libcuda is absent
+            raise RuntimeBackendError(f"no CUDA driver on this machine: {e}") from e
+        try:
+            self._open(cubin, device)
+        except BaseException:
+            self._release()
+            raise
+
+    # ---- setup ----------------------------------------------------------------------------------------
+    def _open(self, cubin, device: int) -> None:
+        cu = driver()
+        count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        if count <= device:
+            raise RuntimeBackendError(f"CUDA device {device} requested; this machine has {count}")
+        self._device = check(cu.cuDeviceGet(device), "cuDeviceGet")
+        attr = cu.CUdevice_attribute
+        major = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._device), "cuDeviceGetAttribute")
+        minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._device), "cuDeviceGetAttribute")
+        sms = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._device), "cuDeviceGetAttribute")
+        coop = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, self._device), "cuDeviceGetAttribute")
+        if cubin is None and (major, minor) != (9, 0):
+            raise RuntimeBackendError(
+                f"the cuda backend builds for sm_90a (H100/H200); device {device} is sm_{major}{minor}"
+            )
+        if not coop:
+            raise RuntimeBackendError(f"device {device} does not support cooperative launches")
+        self._ctx = check(cu.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
+        check(cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
+
+        path = Path(cubin) if cubin is not None else build_cubin(kernel_source(self.profile))
+        if not path.is_file():
+            raise RuntimeBackendError(f"cubin {path} does not exist")
+        image = path.read_bytes()
+        self._module = check(cu.cuModuleLoadData(image), f"cuModuleLoadData({path})")
+        self._func = check(cu.cuModuleGetFunction(self._module, codegen.KERNEL_NAME.encode()), "cuModuleGetFunction")
+        per_sm = check(
+            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, codegen.BLOCK_THREADS, 0),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
+        if self.workers > per_sm * sms:
+            raise RuntimeBackendError(
+                f"the profile has {self.workers} workers; device {device} holds {per_sm} block(s) on each of "
+                f"{sms} SMs at once: recompile for this GPU (fewer workers)"
+            )
+
+        meta = self.meta
+        ab = {a.name.lower(): int(meta["arena_bytes"].get(a.name.lower(), 0)) for a in Arena}
+        self.input_half = ab["input"]
+        self.output_half = ab["output"]
+        weights = np.ascontiguousarray(self.profile.weights, np.uint8)
+        wt = np.asarray(meta["worker_tasks"], np.int32).reshape(-1, 2)
+        if wt.shape[0] != self.workers:
+            raise RuntimeBackendError(f"worker_tasks has {wt.shape[0]} rows; the profile has {self.workers} workers")
+        payloads = np.ascontiguousarray(self.profile.payloads, PAYLOAD_DTYPE)
+        if len(payloads) and int(wt.max(initial=0)) > len(payloads):
+            raise RuntimeBackendError(f"worker_tasks reaches row {int(wt.max())}; payloads.bin has {len(payloads)}")
+        params = np.ascontiguousarray(self.profile.params, "<i8")
+        self.n_counters = codegen.total_counters(meta)
+
+        def alloc(name: str, nbytes: int, data: np.ndarray | None = None) -> int:
+            nbytes = max(int(nbytes), 16)
+            ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({name}, {nbytes} bytes)"))
+            self._dev[name] = ptr
+            check(cu.cuMemsetD8(ptr, 0, nbytes), f"cuMemsetD8({name})")
+            if data is not None and data.nbytes:
+                check(cu.cuMemcpyHtoD(ptr, data.ctypes.data, data.nbytes), f"upload {name}")
+            return ptr
+
+        alloc("payloads", len(payloads) * PAYLOAD_BYTES, payloads.view(np.uint8))
+        alloc("worker_tasks", wt.nbytes, np.ascontiguousarray(wt))
+        alloc("params", params.nbytes, params)
+        alloc("weights", max(ab["weights"], weights.nbytes), weights)
+        alloc("state", ab["state"], self._initial_state(ab["state"], weights))
+        alloc("act", ab["act"])
+        alloc("input", 2 * self.input_half)
+        alloc("output", 2 * self.output_half)
+        alloc("counters", 4 * self.n_counters)
+
+        # Host flags and the output epoch: mapped pinned memory, separate 128-byte lines.
+        self._flags_mem = _Pinned(256, mapped=True)
+        self._pinned.append(self._flags_mem)
+        self.host_flags = self._flags_mem.array[:16].view(np.uint32)
+        self.out_epoch = self._flags_mem.array[128 : 128 + 4 * codegen.OUT_EPOCH_WORDS].view(np.uint32)
+        self._in_stage = _Pinned(self.input_half, mapped=False)
+        self._out_stage = _Pinned(self.output_half, mapped=False)
+        self._pinned += [self._in_stage, self._out_stage]
+        self._input_views = {
+            spec["name"]: _session_view(self._in_stage.array[: self.input_half], spec["offset"], spec["session_stride"],
+                                        spec["shape"], self.sessions, f"input {spec['name']!r}")
+            for spec in meta["inputs"]
+        }
+        reset = meta.get("reset")
+        self._reset_view = (
+            _session_view(self._in_stage.array[: self.input_half], reset["offset"], reset["session_stride"], (),
+                          self.sessions, "reset flags")
+            if reset else None
+        )
+        self._output_views = {
+            spec["name"]: _session_view(self._out_stage.array[: self.output_half], spec["offset"], spec["session_stride"],
+                                        spec["shape"], self.sessions, f"output {spec['name']!r}")
+            for spec in meta["outputs"]
+        }
+
+        flags = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+        self._kernel_stream = check(cu.cuStreamCreate(flags), "cuStreamCreate")
+        self._copy_stream = check(cu.cuStreamCreate(flags), "cuStreamCreate")
+        self._streams = [self._kernel_stream, self._copy_stream]
+        check(cu.cuCtxSynchronize(), "cuCtxSynchronize (uploads)")
+        self._launch()
+
+    def _initial_state(self, nbytes: int, weights: np.ndarray) -> np.ndarray:
+        """The state arena image with every session's slot at its initial value."""
+        image = np.zeros(max(nbytes, 0), np.uint8)
+        for st in self.meta.get("states", []):
+            size = 4 * math.prod(int(d) for d in st["shape"])
+            init = weights[int(st["init_offset"]) : int(st["init_offset"]) + size]
+            if init.nbytes != size:
+                raise RuntimeBackendError(f"state {st['name']!r}: initial value at {st['init_offset']} lies outside weights.bin")
+            slots = np.ndarray((self.sessions, size), np.uint8, buffer=image, offset=int(st["offset"]),
+                               strides=(int(st["session_stride"]), 1))
+            slots[:] = init[None, :]
+        return image
+
+    def _launch(self) -> None:
+        cu = driver()
+        d = self._dev
+        values = [
+            ctypes.c_uint64(d["payloads"]),
+            ctypes.c_uint64(d["worker_tasks"]),
+            ctypes.c_uint64(d["params"]),
+            ctypes.c_uint64(d["weights"]),
+            ctypes.c_uint64(d["state"]),
+            ctypes.c_uint64(d["act"]),
+            ctypes.c_uint64(d["input"]),
+            ctypes.c_uint64(d["output"]),
+            ctypes.c_uint64(d["counters"]),
+            ctypes.c_uint64(self._flags_mem.dptr),
+            ctypes.c_uint64(self._flags_mem.dptr + 128),
+            ctypes.c_uint64(self.input_half),
+            ctypes.c_uint64(self.output_half),
+        ]
+        self._arg_values = values  # keep alive while the driver reads them
+        self._arg_ptrs = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        check(
+            cu.cuLaunchCooperativeKernel(
+                self._func, self.workers, 1, 1, codegen.BLOCK_THREADS, 1, 1, 0, self._kernel_stream,
+                ctypes.addressof(self._arg_ptrs),
+            ),
+            "cuLaunchCooperativeKernel",
+        )
+        self._launched = True
+
+    # ---- beats ----------------------------------------------------------------------------------------
+    def beat(self, frames: dict[str, np.ndarray], reset: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Runs one beat. ``frames[name]`` is float32 ``[sessions, *shape]``; ``reset`` bool ``[sessions]``.
+        Returns each output as a new float32 array ``[sessions, *shape]``."""
+        self.publish(frames, reset)
+        self.wait()
+        return self.collect()
+
+    def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray | None = None) -> None:
+        """Copies beat b's inputs into half b % 2 and publishes the input epoch b + 1."""
+        if self._closed:
+            raise RuntimeBackendError("the CUDA session is closed")
+        cu = driver()
+        b = self.beat_index
+        for name, view in self._input_views.items():
+            if name not in frames:
+                raise RuntimeBackendError(f"input {name!r} is missing for beat {b}")
+            view[...] = frames[name]
+        if self._reset_view is not None:
+            flags = np.zeros(self.sessions, bool) if reset is None else np.asarray(reset, bool)
+            self._reset_view[...] = flags.astype(np.float32)  # the program's reset tasks read these
+        half = b % 2
+        if self.input_half:
+            check(
+                cu.cuMemcpyHtoDAsync(self._dev["input"] + half * self.input_half, self._in_stage.ptr, self.input_half,
+                                     self._copy_stream),
+                "cuMemcpyHtoDAsync (inputs)",
+            )
+            check(cu.cuStreamSynchronize(self._copy_stream), "cuStreamSynchronize (inputs)")
+        self.host_flags[codegen.HOST_INPUT_EPOCH] = (b + 1) & 0xFFFFFFFF
+        self._published_ns = time.perf_counter_ns()
+
+    def wait(self) -> None:
+        """Spins until the kernel publishes the output epoch of the last published beat."""
+        cu = driver()
+        b = self.beat_index
+        target = (b + 1) & 0xFFFFFFFF
+        deadline = self._published_ns + int(self.timeout_s * 1e9)
+        out = self.out_epoch
+        polls = 0
+        while ((int(out[codegen.OUT_EPOCH]) - target) & 0xFFFFFFFF) >= 0x80000000:
+            polls += 1
+            if polls % 1024 == 0:
+                self._raise_if_failed()
+                if time.perf_counter_ns() > deadline:
+                    raise RuntimeBackendError(
+                        f"beat {b} did not finish within {self.timeout_s} s (output epoch {int(out[0])}); "
+                        "the schedule may deadlock: run wavec verify on the profile"
+                    )
+                if cu.cuStreamQuery(self._kernel_stream)[0] != cu.CUresult.CUDA_ERROR_NOT_READY:
+                    self._raise_if_failed()
+                    err = cu.cuStreamQuery(self._kernel_stream)[0]
+                    raise RuntimeBackendError(f"the persistent kernel ended during beat {b} ({err.name})")
+        self.latencies_us.append((time.perf_counter_ns() - self._published_ns) / 1e3)
+        self._raise_if_failed()
+
+    def collect(self) -> dict[str, np.ndarray]:
+        """Copies the outputs of the last finished beat back; advances to the next beat."""
+        cu = driver()
+        half = self.beat_index % 2
+        if self.output_half:
+            check(
+                cu.cuMemcpyDtoHAsync(self._out_stage.ptr, self._dev["output"] + half * self.output_half,
+                                     self.output_half, self._copy_stream),
+                "cuMemcpyDtoHAsync (outputs)",
+            )
+            check(cu.cuStreamSynchronize(self._copy_stream), "cuStreamSynchronize (outputs)")
+        self.beat_index += 1
+        return {name: np.array(view, np.float32) for name, view in self._output_views.items()}
+
+    def error(self) -> str | None:
+        """The kernel's first recorded error as a sentence, or None."""
+        e = self.out_epoch
+        code = int(e[codegen.OUT_ERROR])
+        if not code:
+            return None
+        what = codegen.ERRORS.get(code, f"error code {code}")
+        return (
+            f"the kernel stopped: {what} (task {int(e[codegen.OUT_ERROR_TASK]) & 0xFFFFFFFF}, counter "
+            f"{int(e[codegen.OUT_ERROR_COUNTER])}, seen {int(e[codegen.OUT_ERROR_SEEN])}, target "
+            f"{int(e[codegen.OUT_ERROR_TARGET])}, beat {int(e[codegen.OUT_ERROR_BEAT])}, worker "
+            f"{int(e[codegen.OUT_ERROR_WORKER])})"
+        )
+
+    def _raise_if_failed(self) -> None:
+        msg = self.error()
+        if msg:
+            raise RuntimeBackendError(msg)
+
+    # ---- teardown -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Asks the kernel to return, waits for it (up to timeout_s) and frees everything."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+
+    def _release(self) -> None:
+        cu = driver()
+        hung = False
+        if self._launched:
+            self.host_flags[codegen.HOST_STOP] = 1
+            deadline = time.monotonic() + self.timeout_s
+            while cu.cuStreamQuery(self._kernel_stream)[0] == cu.CUresult.CUDA_ERROR_NOT_READY:
+                if time.monotonic() > deadline:
+                    hung = True
+                    break
+                time.sleep(1e-4)
+            self._launched = False
+        if hung:
+            # Freeing memory a running kernel uses would block forever; leak it and say so.
+            raise RuntimeBackendError(f"the persistent kernel did not stop within {self.timeout_s} s of the stop flag")
+        for s in self._streams:
+            cu.cuStreamDestroy(s)
+        self._streams = []
+        for ptr in self._dev.values():
+            cu.cuMemFree(ptr)
+        self._dev = {}
+        for p in self._pinned:
+            p.free()
+        self._pinned = []
+        if self._module is not None:
+            cu.cuModuleUnload(self._module)
+            self._module = None
+        if self._ctx is not None:
+            cu.cuDevicePrimaryCtxRelease(self._device)
+            self._ctx = None
+
+    def __enter__(self) -> "CudaSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_beats(profile, frames: dict[str, np.ndarray], reset: np.ndarray, **options) -> dict[str, np.ndarray]:
+    """Runs ``beats`` beats on the GPU: ``frames[name]`` float32 ``[beats, sessions, *shape]``, ``reset`` bool
+    ``[beats, sessions]``; returns each output ``[beats, sessions, *shape]`` (the interpreter's contract).
+    Options: those of `CudaSession`, and ``latencies`` (a list that receives each beat's latency in us)."""
+    sink = options.pop("latencies", None)
+    beats = int(np.asarray(reset).shape[0])
+    results: dict[str, list[np.ndarray]] = {spec["name"]: [] for spec in profile.meta["outputs"]}
+    with CudaSession(profile, **options) as session:
+        for b in range(beats):
+            out = session.beat({name: arr[b] for name, arr in frames.items()}, np.asarray(reset)[b])
+            for name, value in out.items():
+                results[name].append(value)
+        if sink is not None:
+            sink.extend(session.latencies_us)
+    return {
+        name: np.stack(vals) if vals else np.zeros((0, profile.sessions, *spec["shape"]), np.float32)
+        for (name, vals), spec in zip(results.items(), profile.meta["outputs"])
+    }

@@ -1,0 +1,513 @@
+"""targets/cuda: the generated kernel (deterministic, tables from wavec/opcodes.py, compiles for sm_90a
+with zero warnings and no spills), the nvcc build cache, the runtime's errors without a GPU, and, marked
+``gpu``, the kernel against the interpreter and a numpy reference on a profile that exercises all four
+opcodes, split tiles, cross-worker waits, state across beats with reset, and double-buffered io."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from profile_builder import ProfileBuilder, conv_params
+from wavec.errors import RuntimeBackendError
+from wavec.opcodes import (
+    BINARY,
+    REDUCE_KINDS,
+    TERNARY,
+    UNARY,
+    EwiseParams,
+    MatmulParams,
+    ReduceParams,
+    compile_expr,
+    contiguous_strides,
+    parse_expr,
+)
+from wavec.payload import cuda_struct
+from wavec.targets.cuda import build, codegen, runtime
+from wavec.targets.cuda.codegen import generate_kernel
+
+NVCC = build.find_nvcc()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+needs_gpu = pytest.mark.skipif(not runtime.gpu_available(), reason="no CUDA GPU with cuda-bindings here")
+
+CONV = dict(x_shape=(1, 2, 10), w_shape=(4, 1, 3), stride=(2,), pads=(1, 1), group=2, has_bias=True)
+
+
+def code(text: str) -> tuple[int, ...]:
+    return tuple(compile_expr(parse_expr(text)))
+
+
+def ewise(shape, n_in: int, text: str, in_strides=None) -> EwiseParams:
+    st = contiguous_strides(tuple(shape))
+    return EwiseParams(tuple(shape), st, tuple(in_strides or (st,) * n_in), code(text))
+
+
+def build_test_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
+    """A small stateful program touching every opcode; `reference` computes the same in numpy.
+
+    Per session and beat: hr = reset ? h0 : h;  a = tanh(x + 0.5 hr);  m = a @ W (two tiles, two workers);
+    c = conv1d(y) (grouped, strided, padded, bias; two tiles);  lse[o] = logsumexp_t c[o, t];
+    mean = mean(m) (rank-0 output, 2-d reduced view);  l2 = |c|_2;  h <- 0.9 hr + 0.1 a;
+    out = sigmoid(m) + sqrt(|m|);  h_out = h.
+    """
+    rng = np.random.default_rng(seed)
+    pb = ProfileBuilder(sessions=sessions, workers=workers, model="cuda-test")
+    x = pb.input("x", (8,))
+    y = pb.input("y", CONV["x_shape"])
+    reset = pb.reset_flags()
+    h0 = rng.normal(size=8).astype(np.float32)
+    h, h_init = pb.state("h", h0, output="h_out")
+    weights = {
+        "h0": h0,
+        "W": rng.normal(size=(8, 6)).astype(np.float32),
+        "Wc": rng.normal(size=CONV["w_shape"]).astype(np.float32),
+        "bc": rng.normal(size=(4,)).astype(np.float32),
+    }
+    w_mm, w_conv, b_conv = (pb.weight(k, weights[k]) for k in ("W", "Wc", "bc"))
+    hr = pb.act("hr", (8,))
+    a = pb.act("a", (8,))
+    m = pb.act("m", (6,))
+    cv = pb.act("c", (1, 4, 5))
+    out = pb.output("out", (6,))
+    lse = pb.output("lse", (4,))
+    mean = pb.output("mean", ())
+    l2 = pb.output("l2", (1,))
+    h_out = pb.output("h_out", (8,))
+
+    # worker 0: reset select, a, state update, h_out
+    pb.task(ewise((8,), 3, "select(%0, %1, %2)", [(0,), (1,), (1,)]), [reset, h_init, h], hr, worker=0)
+    done_a = pb.task(ewise((8,), 2, "tanh(add(%0, mul(%1, 0.5)))"), [x, hr], a, worker=0)
+    # matmul: out[n] = sum_k a[k] W[k, n], tiles on workers 1 and 2
+    mm = MatmulParams((6,), 8, (1,), (0, 1), (1, 6))
+    done_m = pb.counter()
+    pb.task(mm, [a, w_mm], m, worker=1, elems=(0, 3), waits=[(done_a, 1)], signal=done_m)
+    pb.task(mm, [a, w_mm], m, worker=2, elems=(3, 6), waits=[(done_a, 1)], signal=done_m)
+    # conv: two tiles (worker 2 then worker 1), no waits
+    cp = conv_params(CONV["x_shape"], CONV["w_shape"], stride=CONV["stride"], pads=CONV["pads"],
+                     group=CONV["group"], has_bias=CONV["has_bias"])
+    done_c = pb.counter()
+    pb.task(cp, [y, w_conv, b_conv], cv, worker=2, elems=(0, 10), signal=done_c)
+    pb.task(cp, [y, w_conv, b_conv], cv, worker=1, elems=(10, 20), signal=done_c)
+    # reductions
+    kind = REDUCE_KINDS.index
+    pb.task(ReduceParams(kind("logsumexp"), (4,), (1,), (5,), (5,), (1,)), [cv], lse, worker=1,
+            waits=[(done_c, 2)])
+    pb.task(ReduceParams(kind("mean"), (), (), (), (2, 3), (3, 1)), [m], mean, worker=2, waits=[(done_m, 2)])
+    pb.task(ReduceParams(kind("l2"), (1,), (1,), (0,), (4, 5), (5, 1)), [cv], l2, worker=1, waits=[(done_c, 2)])
+    # worker 0 again: state update after its own reads, then the outputs
+    pb.task(ewise((8,), 2, "add(mul(%0, 0.9), mul(%1, 0.1))"), [hr, a], h, worker=0)
+    pb.task(ewise((8,), 1, "%0"), [h], h_out, worker=0)
+    pb.task(ewise((6,), 1, "add(sigmoid(%0), sqrt(abs(%0)))"), [m], out, worker=0, waits=[(done_m, 2)])
+    return pb.build(), weights
+
+
+def reference(weights: dict, frames: dict, reset: np.ndarray) -> dict[str, np.ndarray]:
+    """The test program in float64 numpy."""
+    beats, sessions = reset.shape
+    h = np.tile(weights["h0"].astype(np.float64), (sessions, 1))
+    W, Wc, bc = (weights[k].astype(np.float64) for k in ("W", "Wc", "bc"))
+    outs: dict[str, list] = {k: [] for k in ("out", "lse", "mean", "l2", "h_out")}
+    for b in range(beats):
+        x = frames["x"][b].astype(np.float64)
+        y = frames["y"][b].astype(np.float64)[:, 0]  # [S, 2, 10]
+        hr = np.where(reset[b][:, None], weights["h0"][None, :].astype(np.float64), h)
+        a = np.tanh(x + 0.5 * hr)
+        m = a @ W
+        yp = np.pad(y, ((0, 0), (0, 0), (1, 1)))
+        c = np.zeros((sessions, 4, 5))
+        for o in range(4):
+            g = o // 2
+            for t in range(5):
+                c[:, o, t] = (yp[:, g, 2 * t : 2 * t + 3] * Wc[o, 0][None, :]).sum(-1) + bc[o]
+        mx = c.max(-1, keepdims=True)
+        outs["lse"].append(mx[..., 0] + np.log(np.exp(c - mx).sum(-1)))
+        outs["mean"].append(m.mean(-1))
+        outs["l2"].append(np.sqrt((c.reshape(sessions, -1) ** 2).sum(-1))[:, None])
+        h = 0.9 * hr + 0.1 * a
+        outs["h_out"].append(h)
+        outs["out"].append(1 / (1 + np.exp(-m)) + np.sqrt(np.abs(m)))
+    return {k: np.stack(v) for k, v in outs.items()}
+
+
+def random_run(profile, beats: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    frames = {
+        spec["name"]: rng.normal(size=(beats, profile.sessions, *spec["shape"])).astype(np.float32)
+        for spec in profile.meta["inputs"]
+    }
+    reset = rng.random((beats, profile.sessions)) < 0.2
+    return frames, reset
+
+
+def max_err(got: dict, want: dict) -> float:
+    return max(float(np.max(np.abs(got[k].astype(np.float64) - want[k]), initial=0.0)) for k in want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated source
+
+
+def test_kernel_is_deterministic_and_carries_the_payload_struct():
+    profile, _ = build_test_profile()
+    src = generate_kernel(profile.meta)
+    assert src == generate_kernel(dict(profile.meta))
+    assert cuda_struct() in src
+    assert codegen.PROTOCOL_MARKER in src
+    assert f"constexpr unsigned kWorkers = {profile.meta['workers']};" in src
+    assert f"constexpr unsigned kProfileCounters = {profile.meta['n_counters']};" in src
+
+
+@pytest.mark.parametrize(
+    "fn, table", [("unary_op", UNARY), ("binary_op", BINARY), ("ternary_op", TERNARY)]
+)
+def test_function_tables_follow_opcodes_order(fn, table):
+    src = generate_kernel(build_test_profile()[0].meta)
+    body = src[src.index(f"float {fn}(") :]
+    body = body[: body.index("\n}\n")]
+    cases = re.findall(r"case (\d+): return (.*);  // (\w+)", body)
+    assert [(int(i), expr, name) for i, expr, name in cases] == [
+        (i, c_expr, name) for i, (name, (_np, c_expr)) in enumerate(table.items())
+    ]
+
+
+def test_reduce_switch_covers_every_kind_in_order():
+    src = generate_kernel(build_test_profile()[0].meta)
+    assert re.findall(r"constexpr int kReduce_(\w+) = (\d+);", src) == [(k, str(i)) for i, k in enumerate(REDUCE_KINDS)]
+    for k in REDUCE_KINDS:
+        assert f"case kReduce_{k}: reduce_tile<kReduce_{k}>" in src
+
+
+def test_profile_names_cannot_break_the_source():
+    profile, _ = build_test_profile()
+    meta = {**profile.meta, "model": 'evil */ "\n#error x'}
+    src = generate_kernel(meta)
+    assert "\n#error" not in src and '"\n' not in src
+
+
+def ptxas_compile(tmp_path, src: str) -> str:
+    (tmp_path / "kernel.cu").write_text(src)
+    proc = subprocess.run(
+        [NVCC, "-cubin", *build.ARCH_FLAGS, "-O3", "-lineinfo", "-std=c++17", "-Werror", "all-warnings",
+         "-Xptxas", "-v", "-o", str(tmp_path / "kernel.cubin"), str(tmp_path / "kernel.cu")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+@needs_nvcc
+def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path):
+    report = ptxas_compile(tmp_path, generate_kernel(build_test_profile()[0].meta))
+    assert "warning" not in report.lower(), report
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert spills and spills.groups() == ("0", "0"), report
+    regs = int(re.search(r"Used (\d+) registers", report).group(1))
+    assert regs <= 255, report  # __launch_bounds__(256, 1): one block per SM
+
+
+# ---------------------------------------------------------------------------------------------
+# Build cache and errors
+
+
+@needs_nvcc
+def test_build_is_cached_by_content(tmp_path, monkeypatch):
+    monkeypatch.setenv("WAVEC_CUBIN_CACHE", str(tmp_path))
+    src = generate_kernel(build_test_profile()[0].meta)
+    first = build.build_cubin(src)
+    assert first.is_file() and first.stat().st_size > 0
+    assert "registers" in build.build_report(first)
+
+    def no_nvcc(*a, **k):
+        raise AssertionError("a cached build ran nvcc")
+
+    monkeypatch.setattr(build, "compile_source", no_nvcc)
+    assert build.build_cubin(src) == first
+    other = build_test_profile(sessions=7)[0]
+    monkeypatch.undo()
+    monkeypatch.setenv("WAVEC_CUBIN_CACHE", str(tmp_path))
+    assert build.build_cubin(generate_kernel(other.meta)) != first
+
+
+def test_missing_nvcc_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    with pytest.raises(RuntimeBackendError, match="nvcc not found"):
+        build.build_cubin("__global__ void k() {}")
+
+
+@needs_nvcc
+def test_nvcc_failure_shows_its_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("WAVEC_CUBIN_CACHE", str(tmp_path))
+    with pytest.raises(RuntimeBackendError, match=r"nvcc failed.*(?s:.*)undefined_thing"):
+        build.build_cubin("__global__ void k() { undefined_thing(); }")
+
+
+def test_import_needs_numpy_alone():
+    code_ = "import sys, wavec.targets.cuda; print(sorted(m for m in sys.modules if m.split('.')[0] in ('cuda', 'xdsl')))"
+    out = subprocess.run([sys.executable, "-c", code_], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(runtime.gpu_available(), reason="checks the error path of a machine without a GPU")
+def test_without_gpu_run_beats_raises_backend_error():
+    profile, _ = build_test_profile()
+    frames, reset = random_run(profile, 1)
+    with pytest.raises(RuntimeBackendError):
+        profile.run(frames, backend="cuda", reset=reset)
+
+
+def test_test_program_matches_reference_on_interp():
+    """The profile the GPU tests use is right: the interpreter agrees with the numpy reference."""
+    interp = pytest.importorskip("wavec.targets.interp")
+    profile, weights = build_test_profile()
+    frames, reset = random_run(profile, 4)
+    got = interp.run_beats(profile, frames, reset)
+    assert max_err(got, reference(weights, frames, reset)) <= 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# On the GPU
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("sessions", [5, 300])  # 300 > blockDim: a thread's pairs span sessions
+def test_cuda_matches_interp_and_reference(sessions):
+    from wavec.targets.interp import run_beats as interp_run
+
+    profile, weights = build_test_profile(sessions=sessions)
+    frames, reset = random_run(profile, 6)
+    got = profile.run(frames, backend="cuda", reset=reset)
+    want = interp_run(profile, frames, reset)
+    assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= 1e-4
+    assert max_err(got, reference(weights, frames, reset)) <= 1e-4
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_session_serves_beats_and_records_latency():
+    profile, weights = build_test_profile()
+    frames, reset = random_run(profile, 20)
+    ref = reference(weights, frames, reset)
+    with runtime.CudaSession(profile) as s:
+        for b in range(20):
+            out = s.beat({k: v[b] for k, v in frames.items()}, reset[b])
+            assert max_err({k: out[k][None] for k in out}, {k: ref[k][b : b + 1] for k in ref}) <= 1e-4
+        assert len(s.latencies_us) == 20 and all(t > 0 for t in s.latencies_us)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_deadlock_is_reported_not_hung():
+    pb = ProfileBuilder(sessions=2, workers=2)
+    x = pb.input("x", (4,))
+    yv = pb.output("y", (4,))
+    never = pb.counter()
+    pb.task(ewise((4,), 1, "%0"), [x], yv, worker=1, waits=[(never, 1)])
+    profile = pb.build()
+    src = generate_kernel(profile.meta).replace(
+        "kWaitTimeoutNs = 10000000000ull", "kWaitTimeoutNs = 200000000ull"
+    )
+    profile.kernel_source = src
+    frames = {"x": np.zeros((1, 2, 4), np.float32)}
+    with pytest.raises(RuntimeBackendError, match="timed out"):
+        runtime.run_beats(profile, frames, np.zeros((1, 2), bool), timeout_s=10)
+
+
+# ---------------------------------------------------------------------------------------------
+# The runtime's host side against a fake driver (no GPU needed): device pointers are host addresses,
+# and a thread plays the kernel by running the interpreter over the "device" arenas, speaking the same
+# flag protocol. Checks allocation sizes, state initialization, staging, the epoch handshake, the
+# double-buffer halves and the kernel argument block.
+
+
+class FakeDriver:
+    import enum as _enum
+
+    class CUresult(_enum.IntEnum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_NOT_READY = 600
+
+    class CUdevice_attribute:  # noqa: N801 - the driver's name
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = "major"
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = "minor"
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = "sms"
+        CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = "coop"
+
+    class CUstream_flags:  # noqa: N801
+        CU_STREAM_NON_BLOCKING = 1
+
+    CU_MEMHOSTALLOC_PORTABLE = 1
+    CU_MEMHOSTALLOC_DEVICEMAP = 2
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.buffers: dict[int, np.ndarray] = {}
+        self.kernel = None
+        self.args = None
+        self.ok = self.CUresult.CUDA_SUCCESS
+
+    def _buf(self, n: int) -> int:
+        arr = np.zeros(-(-n // 16) * 16 + 16, np.uint8)
+        self.buffers[arr.ctypes.data] = arr
+        return arr.ctypes.data
+
+    def cuGetErrorName(self, err):
+        return self.ok, err.name.encode()
+
+    def cuInit(self, flags):
+        return (self.ok,)
+
+    def cuDeviceGetCount(self):
+        return self.ok, 1
+
+    def cuDeviceGet(self, ordinal):
+        return self.ok, ordinal
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        return self.ok, {"major": 9, "minor": 0, "sms": 132, "coop": 1}[attr]
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self.ok, "ctx"
+
+    def cuCtxSetCurrent(self, ctx):
+        return (self.ok,)
+
+    def cuModuleLoadData(self, image):
+        return self.ok, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        assert name == codegen.KERNEL_NAME.encode()
+        return self.ok, "function"
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f, threads, smem):
+        assert threads == codegen.BLOCK_THREADS
+        return self.ok, 1
+
+    def cuMemAlloc(self, n):
+        return self.ok, self._buf(n)
+
+    def cuMemsetD8(self, ptr, value, n):
+        import ctypes
+
+        ctypes.memset(int(ptr), value, n)
+        return (self.ok,)
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        import ctypes
+
+        ctypes.memmove(int(dst), int(src), n)
+        return (self.ok,)
+
+    def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+        return self.cuMemcpyHtoD(dst, src, n)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+        return self.cuMemcpyHtoD(dst, src, n)
+
+    def cuMemHostAlloc(self, n, flags):
+        return self.ok, self._buf(n)
+
+    def cuMemHostGetDevicePointer(self, ptr, flags):
+        return self.ok, ptr
+
+    def cuStreamCreate(self, flags):
+        return self.ok, object()
+
+    def cuStreamSynchronize(self, stream):
+        return (self.ok,)
+
+    def cuCtxSynchronize(self):
+        return (self.ok,)
+
+    def cuStreamQuery(self, stream):
+        running = self.kernel is not None and self.kernel.is_alive()
+        return (self.CUresult.CUDA_ERROR_NOT_READY if running else self.ok,)
+
+    def cuLaunchCooperativeKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params):
+        import ctypes
+        import threading
+
+        assert (gx, gy, gz, bx, by, bz, smem) == (self.profile.meta["workers"], 1, 1, codegen.BLOCK_THREADS, 1, 1, 0)
+        ptrs = (ctypes.c_void_p * 13).from_address(params)
+        self.args = [ctypes.c_uint64.from_address(p).value for p in ptrs]
+        self.kernel = threading.Thread(target=self._kernel, daemon=True)
+        self.kernel.start()
+        return (self.ok,)
+
+    def _kernel(self):
+        import ctypes
+        import time as _time
+
+        from wavec.opcodes import Arena
+        from wavec.targets.interp import Interpreter
+
+        (_pl, _wt, _pa, weights, state, act, inp, out, _ctr, flags_p, epoch_p, in_half, out_half) = self.args
+        ab = self.profile.meta["arena_bytes"]
+
+        def view(addr, n):
+            return np.ctypeslib.as_array((ctypes.c_uint8 * (-(-n // 4) * 4)).from_address(addr))
+
+        machine = Interpreter(self.profile, seed=3)
+        machine.arenas[Arena.WEIGHTS] = view(weights, len(self.profile.weights))
+        machine.arenas[Arena.STATE] = view(state, ab["state"])
+        machine.arenas[Arena.ACT] = view(act, ab["act"])
+        machine.arenas[Arena.INPUT] = (view(inp, in_half), view(inp + in_half, in_half))
+        machine.arenas[Arena.OUTPUT] = (view(out, out_half), view(out + out_half, out_half))
+        flags = np.ctypeslib.as_array((ctypes.c_uint32 * 4).from_address(flags_p))
+        epoch = np.ctypeslib.as_array((ctypes.c_uint32 * 8).from_address(epoch_p))
+        beat = 0
+        while True:
+            while flags[codegen.HOST_INPUT_EPOCH] < beat + 1 and not flags[codegen.HOST_STOP]:
+                _time.sleep(1e-4)
+            if flags[codegen.HOST_STOP]:
+                return
+            machine.run_beat()
+            beat += 1
+            epoch[codegen.OUT_EPOCH] = beat
+
+    def __getattr__(self, name):  # frees, destroys, unloads, releases
+        if name.startswith("cu"):
+            return lambda *a: (self.ok,)
+        raise AttributeError(name)
+
+
+@pytest.mark.parametrize("sessions", [5, 33])
+def test_runtime_protocol_against_a_fake_driver(monkeypatch, tmp_path, sessions):
+    interp = pytest.importorskip("wavec.targets.interp")
+    profile, weights = build_test_profile(sessions=sessions)
+    fake = FakeDriver(profile)
+    monkeypatch.setattr(runtime, "_cu", fake)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    frames, reset = random_run(profile, 5)
+    lat: list[float] = []
+    got = runtime.run_beats(profile, frames, reset, cubin=cubin, latencies=lat)
+    assert max_err(got, {k: v.astype(np.float64) for k, v in interp.run_beats(profile, frames, reset).items()}) == 0
+    assert max_err(got, reference(weights, frames, reset)) <= 1e-4
+    assert len(lat) == 5
+    assert fake.args[11:] == [profile.meta["arena_bytes"]["input"], profile.meta["arena_bytes"]["output"]]
+    assert not fake.kernel.is_alive()  # close() set the stop flag and the "kernel" returned
+
+
+def test_runtime_reports_a_kernel_error(monkeypatch, tmp_path):
+    pytest.importorskip("wavec.targets.interp")
+    profile, _ = build_test_profile()
+    fake = FakeDriver(profile)
+
+    def failing_kernel():
+        import ctypes
+
+        epoch = np.ctypeslib.as_array((ctypes.c_uint32 * 8).from_address(fake.args[10]))
+        epoch[codegen.OUT_ERROR : codegen.OUT_ERROR + 7] = [1, 7, 3, 0, 2, 0, 1]
+
+    fake._kernel = failing_kernel
+    monkeypatch.setattr(runtime, "_cu", fake)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    frames, reset = random_run(profile, 1)
+    with pytest.raises(RuntimeBackendError, match=r"timed out .*\(task 7, counter 3, seen 0, target 2"):
+        runtime.run_beats(profile, frames, reset, cubin=cubin, timeout_s=5)

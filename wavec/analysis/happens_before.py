@@ -1,0 +1,207 @@
+"""Happens-before within one beat of a wavec program, from the payload table alone.
+
+Within a beat, task A happens before task B when
+- A precedes B in the same worker's list (``worker_tasks`` order), or
+- B waits on counter c and A signals c: a wait ``counter[c] >= k * (b + 1)`` passes only once every one of
+  the k signallers of c has finished this beat, provided exactly k tasks signal c (checked here: fewer
+  never lets the wait pass, more lets it pass before all of them finish),
+and transitively. Counter 0 is the end-of-beat counter the workers increment; no task may wait on it or
+signal it. Beats are separated by a full barrier, so this relation is all a verifier needs.
+
+The closure is a bitset per task (numpy uint8 rows, ``incl[b]`` holds b and everything before it), built
+in one topological sweep where a counter is a node whose row is the union of its signallers' rows: each
+task ORs at most 1 + MAX_WAITS rows, so 20k tasks take a fraction of a second and n^2/8 bytes.
+
+Raises `HappensBeforeError` (a VerificationError) for a wait nobody can satisfy, a wrong wait count, a
+counter out of range, or a cycle (a deadlock), naming the tasks involved.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from wavec.errors import VerificationError
+from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS
+
+
+class HappensBeforeError(VerificationError):
+    """The counters and worker order do not form a deadlock-free, well-counted schedule."""
+
+
+@dataclass
+class HappensBefore:
+    """The transitive happens-before relation of one beat over payload rows ``0 .. n-1``."""
+
+    n: int
+    topo: np.ndarray  # rows in a topological order
+    topo_pos: np.ndarray  # position of each row in ``topo``
+    incl: np.ndarray  # uint8 [n, ceil(n/8)]: bit a of row b set iff a == b or a happens before b
+    edges: int  # direct edges: worker order plus (wait, signaller) pairs
+    signallers: dict[int, np.ndarray]  # counter -> rows that signal it
+
+    def before(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+        """Whether a happens before b (elementwise; a task is not before itself)."""
+        a = np.asarray(a, np.int64)
+        b = np.asarray(b, np.int64)
+        bit = (self.incl[b, a >> 3] >> (a & 7).astype(np.uint8)) & 1
+        return bit.astype(bool) & (a != b)
+
+    def ordered(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+        """Whether a and b are ordered either way."""
+        return self.before(a, b) | self.before(b, a)
+
+
+def build_happens_before(
+    worker_rows: list[tuple[int, int]],
+    signal: np.ndarray,
+    wait_counter: np.ndarray,
+    wait_count: np.ndarray,
+    n_waits: np.ndarray,
+    n_counters: int,
+    name: Callable[[int], str] = lambda r: f"payload row {r}",
+) -> HappensBefore:
+    """The relation for payload rows grouped by ``worker_rows`` ([begin, end) per worker, execution
+    order). ``wait_counter``/``wait_count`` are [n, MAX_WAITS]; ``name(row)`` describes a task in messages."""
+    n = len(signal)
+    signal = np.asarray(signal, np.int64)
+    # ---- counters: range, signallers, wait targets
+    for r in range(n):
+        c = int(signal[r])
+        if c == BEAT_DONE_COUNTER:
+            raise HappensBeforeError(
+                f"{name(r)} signals counter 0, the end-of-beat counter the workers increment: the beat barrier "
+                "would open before every worker is done. Give the task (or its phase) a counter of its own"
+            )
+        if c >= n_counters:
+            raise HappensBeforeError(f"{name(r)} signals counter {c}, but the profile has n_counters = {n_counters}")
+    order = np.argsort(signal, kind="stable")
+    cs, starts = np.unique(signal[order], return_index=True)
+    signallers = {int(c): order[s:e] for c, s, e in zip(cs, starts, np.r_[starts[1:], n])}
+    waits: list[list[int]] = [[] for _ in range(n)]
+    edges = 0
+    for r in range(n):
+        k_waits = int(n_waits[r])
+        if k_waits > MAX_WAITS:
+            raise HappensBeforeError(f"{name(r)} has n_waits = {k_waits}; a payload holds at most {MAX_WAITS}")
+        for i in range(k_waits):
+            c, k = int(wait_counter[r, i]), int(wait_count[r, i])
+            if c == BEAT_DONE_COUNTER:
+                raise HappensBeforeError(
+                    f"{name(r)} waits on counter 0, the end-of-beat counter, inside the beat: it opens only when "
+                    "every worker (this task's too) has finished the beat, so the wait deadlocks or is meaningless. "
+                    "Wait on the producing phase's counter instead"
+                )
+            if c >= n_counters:
+                raise HappensBeforeError(f"{name(r)} waits on counter {c}, but the profile has n_counters = {n_counters}")
+            who = signallers.get(c)
+            if who is None:
+                raise HappensBeforeError(
+                    f"{name(r)} waits on counter {c}, which no task signals: the wait never passes (deadlock). "
+                    "Point the wait at the producer's signal counter"
+                )
+            if len(who) != k:
+                listed = ", ".join(name(int(w)) for w in who[:4]) + (", ..." if len(who) > 4 else "")
+                effect = (
+                    "it never passes (deadlock)" if k > len(who)
+                    else "it passes before all of them finish (a race)"
+                )
+                raise HappensBeforeError(
+                    f"{name(r)} waits for {k} signals per beat on counter {c}, but {len(who)} tasks signal it "
+                    f"({listed}): {effect}. Set wait_count to {len(who)}"
+                )
+            waits[r].append(c)
+            edges += len(who)
+    # ---- the graph: task nodes 0..n-1, counter nodes n + index
+    counter_ids = sorted(signallers)
+    cnode = {c: n + i for i, c in enumerate(counter_ids)}
+    n_nodes = n + len(counter_ids)
+    succ: list[list[int]] = [[] for _ in range(n_nodes)]
+    indeg = np.zeros(n_nodes, np.int64)
+    prev = np.full(n, -1, np.int64)
+    for b, e in worker_rows:
+        for r in range(b + 1, e):
+            prev[r] = r - 1
+            succ[r - 1].append(r)
+            indeg[r] += 1
+            edges += 1
+    for r in range(n):
+        node = cnode[int(signal[r])]
+        succ[r].append(node)
+        indeg[node] += 1
+        for c in waits[r]:
+            succ[cnode[c]].append(r)
+            indeg[r] += 1
+    # ---- Kahn's sweep, building the closure as it goes
+    width = (n + 7) // 8
+    incl = np.zeros((n, width), np.uint8)
+    crow = np.zeros((len(counter_ids), width), np.uint8)
+    ready = deque(int(v) for v in np.flatnonzero(indeg == 0))
+    topo: list[int] = []
+    remaining = indeg.copy()
+    while ready:
+        v = ready.popleft()
+        if v < n:
+            row = incl[v]
+            if prev[v] >= 0:
+                row |= incl[prev[v]]
+            for c in waits[v]:
+                row |= crow[cnode[c] - n]
+            row[v >> 3] |= np.uint8(1 << (v & 7))
+            topo.append(v)
+        else:
+            crow[v - n] = np.bitwise_or.reduce(incl[signallers[counter_ids[v - n]]], axis=0)
+        for w in succ[v]:
+            remaining[w] -= 1
+            if remaining[w] == 0:
+                ready.append(w)
+    if len(topo) < n:
+        raise HappensBeforeError(_cycle_message(n, remaining, prev, waits, signallers, cnode, counter_ids, name))
+    topo_arr = np.asarray(topo, np.int64)
+    topo_pos = np.empty(n, np.int64)
+    topo_pos[topo_arr] = np.arange(n)
+    return HappensBefore(n, topo_arr, topo_pos, incl, edges, signallers)
+
+
+def _cycle_message(n, remaining, prev, waits, signallers, cnode, counter_ids, name) -> str:
+    """Walks predecessors among the nodes Kahn's sweep could not reach until one repeats: a cycle."""
+    stuck = remaining > 0
+
+    def preds(v: int) -> list[tuple[int, str]]:
+        if v < n:
+            out = []
+            if prev[v] >= 0 and stuck[prev[v]]:
+                out.append((int(prev[v]), "worker"))
+            out += [(cnode[c], "wait") for c in waits[v] if stuck[cnode[c]]]
+            return out
+        return [(int(s), "signal") for s in signallers[counter_ids[v - n]] if stuck[s]]
+
+    v = int(np.flatnonzero(stuck[:n])[0])
+    seen: dict[int, int] = {}
+    path: list[tuple[int, str]] = []
+    while v not in seen:
+        seen[v] = len(path)
+        p, how = preds(v)[0]
+        path.append((v, how))
+        v = p
+    cycle = path[seen[v]:]
+    # cycle[i + 1] (wrapping) is the predecessor of cycle[i]; describe each task by what it waits behind.
+    steps = []
+    m = len(cycle)
+    for i, (v, how) in enumerate(cycle):
+        if v >= n:
+            continue
+        u = cycle[(i + 1) % m][0]
+        if how == "worker":
+            steps.append(f"{name(v)} runs after {name(u)} on the same worker")
+        else:
+            s = cycle[(i + 2) % m][0]
+            steps.append(f"{name(v)} waits on counter {counter_ids[u - n]}, signalled by {name(s)}")
+    tasks = [v for v, _ in cycle if v < n]
+    return (
+        f"deadlock: a cycle of {len(tasks)} tasks waits on itself: " + "; ".join(steps)
+        + ". Remove the wait that points backwards or reorder the worker's list"
+    )

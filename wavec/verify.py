@@ -1,0 +1,656 @@
+"""The profile verifier: a proof that a compiled profile is race-free and session-isolated, or the first
+violation, reasoning only from payloads.bin, params.bin and profile.json (numpy only, no xDSL).
+
+Checks, in this order (the first failing one raises `VerificationError` naming the tasks, their phase,
+the arena, the byte range, the kind of conflict and what to do):
+1. structure: ``worker_tasks`` partitions the payload rows and agrees with each record's worker; task ids
+   are unique; parameter blocks decode and match the opcode and ``n_inputs``; tiles lie inside the cohort
+   and the iteration space; operand arenas exist; offsets and session strides are multiples of 4; the
+   input, output and state bindings lie inside their arenas and do not overlap each other.
+2. happens-before (wavec.analysis.happens_before): every wait has exactly ``wait_count`` signallers, no
+   task waits on or signals the end-of-beat counter 0, and worker order plus waits form no cycle.
+3. footprints (wavec.analysis.footprints): every byte an operand touches lies inside its arena (INPUT and
+   OUTPUT: inside one half); nothing writes the WEIGHTS or INPUT arena (read-only / owned by the host);
+   an operand in the STATE arena touches, for each session s of its task, only slot s of one state; no
+   task writes one byte twice (two sessions or two output elements onto one byte).
+4. races: every two tasks that touch a common byte, at least one writing, are ordered by happens-before
+   (checked in linear time per distinct access set: its writers form a chain, every other task sits
+   between two consecutive writers); no byte is written by two tasks of one phase; a task reads bytes it
+   writes only through an identical elementwise view (else its own threads race).
+5. dataflow: every ACT or OUTPUT byte a task reads was written earlier in the same beat; and for each
+   view one phase reads (operand k at one offset and session stride: one tensor, across the phase's
+   session and element tiles) the last writers of everything read belong to one phase (a STATE byte not yet
+   written this beat counts as one source: the previous beat's value). Two sources mean an offset puts
+   one tensor where another is read, or a producer tile is missing.
+6. coverage: every byte of every output and of every state slot is written each beat.
+7. final values: every byte of a state (all slots) or an output ends the beat with one phase's value.
+Beats are separated by a full barrier (counter 0), so state carried from beat b to b + 1 and the two
+halves of the double-buffered input and output need no further ordering.
+
+A phase is a named group of tasks from ``meta["phases"]`` when its ``tasks`` are lists of task ids that
+cover every task; otherwise (a count, as wavec.emit writes today) the tasks that signal one counter.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs
+from wavec.analysis.happens_before import HappensBefore, build_happens_before
+from wavec.errors import VerificationError, WavecError
+from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, unpack_params
+from wavec.payload import operand_arena
+from wavec.profile import Profile
+
+ARENA_NAMES = {int(a): a.name.lower() for a in Arena}
+SHARED_ARENAS = (Arena.STATE, Arena.ACT, Arena.OUTPUT)  # arenas tasks both read and write
+FRESH_ARENAS = (Arena.ACT, Arena.OUTPUT)  # bytes that hold nothing at the start of a beat
+
+
+@dataclass
+class VerifyReport:
+    """What the verifier proved: counts over the whole profile, and how long it took."""
+
+    tasks: int
+    edges: int  # direct happens-before edges (worker order + one per (wait, signaller))
+    conflicting_pairs: int  # distinct task pairs that touch a common byte, at least one writing
+    ordered: int  # of those, ordered by happens-before (all of them when verify returns)
+    pairs_exact: bool = True  # False: too many to enumerate; the counts are the sum over access sets (a bound)
+    accesses: int = 0  # (task, operand) footprints
+    intervals: int = 0  # word intervals over all sessions
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        bound = "" if self.pairs_exact else " (at most; counted per access set)"
+        return (
+            f"verified: {self.tasks} tasks, {self.edges} edges, {self.conflicting_pairs} conflicting pairs ordered{bound}"
+        )
+
+
+def verify_profile(profile: Profile) -> VerifyReport:
+    """Proves ``profile`` race-free and session-isolated, or raises VerificationError naming the first
+    violation (see the module docstring for the checks and their order)."""
+    return _Verifier(profile).run()
+
+
+def main(profile_dir: str) -> int:
+    """`wavec verify DIR`: prints the summary line, or the violation on one line; returns the exit code."""
+    from wavec.profile import load
+
+    try:
+        report = verify_profile(load(profile_dir))
+    except WavecError as e:
+        print(f"{profile_dir}: {type(e).__name__}: {e}".replace("\n", " "))
+        return 1
+    print(report.summary())
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+class _Verifier:
+    def __init__(self, profile: Profile):
+        self.p = profile
+        self.meta = profile.meta
+        self.rec = profile.payloads
+        self.n = len(self.rec)
+        self.sessions = int(self.meta["sessions"])
+        self.arena_bytes = {int(a): int(self.meta["arena_bytes"].get(ARENA_NAMES[int(a)], 0)) for a in Arena}
+        self.arena_bytes[int(Arena.WEIGHTS)] = max(self.arena_bytes[int(Arena.WEIGHTS)], len(profile.weights))
+        self.task_id = self.rec["task"].astype(np.int64)
+        self.signal = self.rec["signal"].astype(np.int64)
+        self.params: list = [None] * self.n
+        self._phase_name: dict[int, str] = {}
+        self.phase = self._phases()
+
+    # ---- naming --------------------------------------------------------------------------------
+    def _phases(self) -> np.ndarray:
+        """Phase key of each row: the meta phase index when ``phases`` covers every task, else the signal."""
+        phases = self.meta.get("phases") or []
+        by_id = {int(t): r for r, t in enumerate(self.task_id)}
+        key = np.full(self.n, -1, np.int64)
+        try:
+            for i, ph in enumerate(phases):
+                label = f"{ph.get('name', i)}" + (f" ({ph['op']})" if ph.get("op") else "")
+                for t in ph.get("tasks", []):
+                    r = by_id[int(t)]
+                    key[r] = i
+                    self._phase_name[r] = label
+        except (KeyError, TypeError, ValueError, AttributeError):
+            key[:] = -1
+            self._phase_name.clear()
+        if self.n and (key >= 0).all():
+            return key
+        self._phase_name.clear()
+        return self.signal.copy() + (1 << 40)  # keys never collide with meta phase indices
+
+    def name(self, r: int) -> str:
+        rec = self.rec[r]
+        try:
+            op = Opcode(int(rec["opcode"])).name
+        except ValueError:
+            op = f"opcode {int(rec['opcode'])}"
+        phase = self._phase_name.get(r, f"signal counter {int(rec['signal'])}")
+        return f"task {int(rec['task'])} ({op}, phase {phase}, worker {int(rec['worker'])}, row {r})"
+
+    def short(self, r: int) -> str:
+        return f"task {int(self.rec[r]['task'])}"
+
+    def where(self, arena: int, b0: int, b1: int) -> str:
+        """``act arena bytes [b0, b1) (tensor 't', session 2, byte 16)``: the tensor and slot holding b0."""
+        notes = []
+        for t in self.meta.get("tensors", []):
+            if t.get("arena") != ARENA_NAMES.get(arena):
+                continue
+            off, nbytes, stride = int(t["offset"]), int(t["bytes"]), int(t.get("session_stride", 0))
+            rel = b0 - off
+            if rel < 0:
+                continue
+            s, inner = divmod(rel, stride) if stride else (0, rel)
+            if s < self.sessions and inner < nbytes:  # recycled bytes: every tensor planned there, up to 3
+                notes.append(f"tensor {t['name']!r}" + (f", session {s}" if stride else "") + f", byte {inner}")
+                if len(notes) == 3:
+                    break
+        text = f"{ARENA_NAMES.get(arena, arena)} arena bytes [{b0}, {b1})"
+        if arena in (Arena.INPUT, Arena.OUTPUT):
+            text += " of the beat's half"
+        return text + (f" ({' or '.join(notes)})" if notes else "")
+
+    # ---- 1. structure --------------------------------------------------------------------------
+    def structure(self) -> None:
+        n = self.n
+        rows = [(int(b), int(e)) for b, e in self.meta["worker_tasks"]]
+        if len(rows) != int(self.meta.get("workers", len(rows))):
+            raise VerificationError(
+                f"worker_tasks has {len(rows)} rows but the profile has {self.meta['workers']} workers"
+            )
+        owner = np.full(n, -1, np.int64)
+        for w, (b, e) in enumerate(rows):
+            if not 0 <= b <= e <= n:
+                raise VerificationError(f"worker_tasks[{w}] = [{b}, {e}) lies outside the {n} payload rows")
+            if (owner[b:e] >= 0).any():
+                raise VerificationError(f"worker_tasks[{w}] = [{b}, {e}) overlaps another worker's rows")
+            owner[b:e] = w
+            bad = np.flatnonzero(self.rec["worker"][b:e] != w)
+            if len(bad):
+                raise VerificationError(f"{self.name(b + int(bad[0]))} sits in worker {w}'s rows of worker_tasks")
+        if (owner < 0).any():
+            raise VerificationError(f"{self.name(int(np.flatnonzero(owner < 0)[0]))} belongs to no worker: it never runs")
+        self.worker_rows = rows
+        ids, first, counts = np.unique(self.task_id, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            t = int(ids[counts > 1][0])
+            dup = np.flatnonzero(self.task_id == t)
+            raise VerificationError(f"task id {t} is used by payload rows {dup.tolist()}: task ids must be unique")
+        for r in range(n):
+            rec = self.rec[r]
+            try:
+                params = unpack_params(self.p.params, int(rec["params"]))
+            except ValueError as e:
+                raise VerificationError(f"{self.name(r)}: {e} of params.bin") from e
+            if int(rec["opcode"]) != int(self.p.params[int(rec["params"])]):
+                raise VerificationError(f"{self.name(r)}: its parameter block at word {int(rec['params'])} is another opcode's")
+            self.params[r] = params
+            n_in = int(rec["n_inputs"])
+            if n_in > MAX_INPUTS or n_in != expected_inputs(params):
+                raise VerificationError(f"{self.name(r)}: n_inputs = {n_in} but its parameters read {expected_inputs(params)}")
+            sb, se, eb, ee = (int(rec[f]) for f in ("session_begin", "session_end", "elem_begin", "elem_end"))
+            if not 0 <= sb <= se <= self.sessions:
+                raise VerificationError(f"{self.name(r)}: sessions [{sb}, {se}) outside the cohort of {self.sessions}")
+            if not 0 <= eb <= ee <= params.n_elems:
+                raise VerificationError(
+                    f"{self.name(r)}: tile elements [{eb}, {ee}) outside the {params.n_elems} of its iteration space "
+                    f"{list(params.shape)}: fix the tile bounds"
+                )
+            for k in [*range(n_in), OUT]:
+                a = operand_arena(rec, k)
+                if a not in ARENA_NAMES:
+                    raise VerificationError(f"{self.name(r)}: operand {k} names arena {a}, not a wavec arena")
+                for f in ("offset", "session_stride"):
+                    if int(rec[f][k]) % ELEM_BYTES:
+                        raise VerificationError(
+                            f"{self.name(r)}: operand {k} {f} = {int(rec[f][k])} bytes is not a multiple of 4 (float32)"
+                        )
+        self.bindings()
+
+    def bindings(self) -> None:
+        """Inputs, reset flags, outputs and state slots: inside their arenas, pairwise disjoint per arena."""
+        spans: dict[int, list[tuple[int, int, str]]] = {int(a): [] for a in Arena}
+
+        def add(arena: Arena, spec: dict, what: str) -> None:
+            nbytes = ELEM_BYTES * int(np.prod(spec.get("shape", ()), dtype=np.int64))
+            off, stride = int(spec["offset"]), int(spec["session_stride"])
+            for s in range(self.sessions):
+                b = off + s * stride
+                if b < 0 or b + nbytes > self.arena_bytes[int(arena)]:
+                    raise VerificationError(
+                        f"{what} session {s} occupies bytes [{b}, {b + nbytes}), outside the {ARENA_NAMES[int(arena)]} "
+                        f"arena of {self.arena_bytes[int(arena)]} bytes"
+                    )
+                spans[int(arena)].append((b, b + nbytes, f"{what} session {s}"))
+
+        for spec in self.meta.get("inputs", []):
+            add(Arena.INPUT, spec, f"input {spec['name']!r}")
+        if self.meta.get("reset"):
+            add(Arena.INPUT, self.meta["reset"], "the reset flag")
+        for spec in self.meta.get("outputs", []):
+            add(Arena.OUTPUT, spec, f"output {spec['name']!r}")
+        for spec in self.meta.get("states", []):
+            add(Arena.STATE, spec, f"state {spec['name']!r}")
+        for arena, items in spans.items():
+            items = sorted(i for i in items if i[1] > i[0])
+            for (b0, e0, w0), (b1, e1, w1) in zip(items, items[1:]):
+                if b1 < e0:
+                    raise VerificationError(
+                        f"{w0} and {w1} overlap in {ARENA_NAMES[arena]} arena bytes [{b1}, {min(e0, e1)}): "
+                        "bindings must be disjoint; fix the arena plan"
+                    )
+
+    # ---- 3. footprints -------------------------------------------------------------------------
+    def footprints(self) -> list[Access]:
+        cache = FootprintCache(self.p.params, unpack_params)
+        out: list[Access] = []
+        for r in range(self.n):
+            rec = self.rec[r]
+            params = self.params[r]
+            n_in = int(rec["n_inputs"])
+            sessions = (int(rec["session_begin"]), int(rec["session_end"]))
+            eb, ee = int(rec["elem_begin"]), int(rec["elem_end"])
+            for k in [*range(n_in), OUT]:
+                rb, re_, dups = cache.runs(int(rec["params"]), params, k, eb, ee, n_in)
+                acc = Access(r, k, operand_arena(rec, k), k == OUT, int(rec["offset"][k]), int(rec["session_stride"][k]),
+                             sessions, rb, re_, dups)
+                if acc.empty:
+                    continue
+                self.check_access(acc)
+                out.append(acc)
+        return out
+
+    def check_access(self, acc: Access) -> None:
+        r, k, arena = acc.row, acc.operand, acc.arena
+        what = "output" if k == OUT else f"input operand {k}"
+        an = ARENA_NAMES[arena]
+        if acc.write and arena == Arena.INPUT:
+            raise VerificationError(
+                f"{self.name(r)} writes the input arena ({self.where(arena, *map(int, (x[0] for x in acc.byte_extent())))}): "
+                "the host owns it (frames and reset flags); write to the act or output arena instead"
+            )
+        if acc.write and arena == Arena.WEIGHTS:
+            raise VerificationError(
+                f"{self.name(r)} writes the weights arena, which is read-only and shared by the cohort; "
+                "write to the act, state or output arena instead"
+            )
+        if acc.write and acc.duplicates:
+            raise VerificationError(
+                f"{self.name(r)}: its output view maps {acc.duplicates} iteration points onto elements another point "
+                "already writes (a zero or overlapping out stride): one byte written twice per session"
+            )
+        if acc.write and acc.stride == 0 and acc.n_sessions > 1:
+            lo, hi = acc.byte_extent()
+            raise VerificationError(
+                f"{self.name(r)} writes {self.where(arena, int(lo[0]), int(hi[0]))} with session_stride 0 for "
+                f"{acc.n_sessions} sessions: every session writes the same bytes (write-after-write). "
+                "Give the output a per-session stride"
+            )
+        lo, hi = acc.byte_extent()
+        if arena == Arena.STATE:
+            self.check_slots(acc, lo, hi)
+            return
+        size = self.arena_bytes[arena]
+        bad = np.flatnonzero((lo < 0) | (hi > size))
+        if len(bad):
+            s = acc.sessions[0] + int(bad[0])
+            raise VerificationError(
+                f"{self.name(r)}: {what} of session {s} touches {an} arena bytes [{int(lo[bad[0]])}, {int(hi[bad[0]])}), "
+                f"outside the arena of {size} bytes" + (" (one half of the double buffer)" if arena in (Arena.INPUT, Arena.OUTPUT) else "")
+                + ": fix the operand's offset, session stride or tile bounds"
+            )
+
+    def check_slots(self, acc: Access, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Slot isolation: session s of the task touches only slot s of one state."""
+        s = np.arange(*acc.sessions, dtype=np.int64)
+        ok = np.zeros(len(s), bool)
+        for spec in self.meta.get("states", []):
+            nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
+            base = int(spec["offset"]) + s * int(spec["session_stride"])
+            ok |= (lo >= base) & (hi <= base + nbytes)
+        bad = np.flatnonzero(~ok)
+        if len(bad):
+            i = int(bad[0])
+            owner = self.slot_owner(int(lo[i]))
+            raise VerificationError(
+                f"{self.name(acc.row)}: {'output' if acc.operand == OUT else f'input operand {acc.operand}'} of session "
+                f"{int(s[i])} touches state arena bytes [{int(lo[i])}, {int(hi[i])}), which is not inside slot {int(s[i])} "
+                f"of one state ({owner}): a task of session s may touch only slot s. Fix the operand's offset "
+                "(session 0's slot) or session stride (the state's)"
+            )
+
+    def slot_owner(self, byte: int) -> str:
+        for spec in self.meta.get("states", []):
+            nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
+            off, stride = int(spec["offset"]), int(spec["session_stride"])
+            for s in range(self.sessions):
+                if off + s * stride <= byte < off + s * stride + nbytes:
+                    return f"byte {byte} is in slot {s} of state {spec['name']!r}"
+        return f"byte {byte} is in no state slot"
+
+    # ---- 4/5. races and dataflow ---------------------------------------------------------------
+    def races_and_dataflow(self, accesses: list[Access], hb: HappensBefore) -> tuple[int, bool, int]:
+        """Checks 4 and 5. Returns (conflicting pairs, whether that count is exact, word intervals)."""
+        acc_task = np.array([a.row for a in accesses], np.int64)
+        acc_write = np.array([a.write for a in accesses], bool)
+        acc_op = np.array([a.operand for a in accesses], np.int64)
+        self.acc_op = acc_op
+        self.in_place_ok = np.array([self.same_view_as_output(a) for a in accesses], bool)
+        total_intervals = 0
+        scans = []
+        for arena in SHARED_ARENAS:
+            idx = [i for i, a in enumerate(accesses) if a.arena == arena]
+            if not idx:
+                continue
+            parts = [accesses[i].word_intervals() for i in idx]
+            begins = np.concatenate([p[0] for p in parts])
+            ends = np.concatenate([p[1] for p in parts])
+            which = np.repeat(np.asarray(idx, np.int64), [len(p[0]) for p in parts])
+            total_intervals += len(begins)
+            g = access_groups(begins, ends, which, len(accesses))
+            twice = np.flatnonzero((g.member_count > 1) & acc_write[g.member_acc])
+            if len(twice):
+                i = twice[np.argmin(self.task_id[acc_task[g.member_acc[twice]]])]
+                a, seg = int(g.member_acc[i]), int(g.rep[g.member_group[i]])
+                raise VerificationError(
+                    f"{self.name(int(acc_task[a]))} writes {self.where(arena, *g.byte_range(seg))} in two of its sessions: "
+                    "its output session_stride is smaller than one session's footprint (write-after-write)"
+                )
+            scans.append((arena, g, self.races(arena, g, hb, acc_task, acc_write)))
+        for arena, g, (r_acc, r_grp, r_last, _, _) in scans:
+            self.dataflow(arena, g, r_acc, r_grp, r_last, acc_task, acc_op)
+        self.final_writers = {arena: (g, final) for arena, g, (_, _, _, _, final) in scans}
+        return (*self.count_pairs([scan[2][3] for scan in scans]), total_intervals)
+
+    def same_view_as_output(self, acc: Access) -> bool:
+        """An elementwise input that reads exactly the bytes its own output writes, element by element:
+        the one way a task may read and write the same bytes (each element is read before it is written)."""
+        if acc.write or not isinstance(self.params[acc.row], EwiseParams):
+            return False
+        rec = self.rec[acc.row]
+        params = self.params[acc.row]
+        return (
+            operand_arena(rec, acc.operand) == operand_arena(rec, OUT)
+            and int(rec["offset"][acc.operand]) == int(rec["offset"][OUT])
+            and int(rec["session_stride"][acc.operand]) == int(rec["session_stride"][OUT])
+            and tuple(params.in_strides[acc.operand]) == tuple(params.out_strides)
+        )
+
+    PAIR_BUDGET = 8_000_000  # enumerate conflicting pairs (to count distinct ones) up to this many
+
+    def count_pairs(self, group_sets: list[list[tuple[np.ndarray, np.ndarray]]]) -> tuple[int, bool]:
+        """Distinct conflicting task pairs, or (over PAIR_BUDGET) the sum over access sets, an upper bound."""
+        sets = [gs for per_arena in group_sets for gs in per_arena]
+        total = sum(len(w) * len(t) for w, t in sets)
+        if total > self.PAIR_BUDGET:
+            return sum(len(w) * len(t) - len(w) - len(w) * (len(w) - 1) // 2 for w, t in sets), False
+        keys = []
+        for w, t in sets:
+            a, b = np.repeat(w, len(t)), np.tile(t, len(w))
+            keep = a != b
+            keys.append(np.minimum(a, b)[keep] * self.n + np.maximum(a, b)[keep])
+        if not keys:
+            return 0, True
+        k = np.sort(np.concatenate(keys))
+        return int(len(k) and 1 + np.count_nonzero(k[1:] != k[:-1])), True
+
+    def races(self, arena: int, g, hb: HappensBefore, acc_task: np.ndarray, acc_write: np.ndarray):
+        """Check 4 on one arena, linear in each access set: the set's writers, sorted by a topological
+        order, must form a happens-before chain, and every other task must fall between two consecutive
+        writers (after the one before it, before the one after it); by transitivity that orders every
+        conflicting pair, and it is also necessary. Returns, for check 5, each read access's last writer
+        per group (-1: none before it), and the (writers, tasks) of each access set for counting."""
+        chk_a, chk_b, chk_g = [], [], []
+        r_acc, r_grp, r_last, sets = [], [], [], []
+        final = np.full(len(g.rep), -1, np.int64)  # the last writer of each group in the beat
+        pos = hb.topo_pos
+
+        def check(a: np.ndarray, b: np.ndarray, grp: int) -> None:  # a must happen before b
+            chk_a.append(a)
+            chk_b.append(b)
+            chk_g.append(np.full(len(a), grp))
+
+        for grp in range(len(g.rep)):
+            accs = g.members(grp)
+            w_mask = acc_write[accs]
+            writers = np.unique(acc_task[accs[w_mask]])
+            writers = writers[np.argsort(pos[writers])]
+            reads = accs[~w_mask]
+            if len(reads):
+                p = np.searchsorted(pos[writers], pos[acc_task[reads]])
+                # side="left": a task that reads and writes these bytes reads before its own write.
+                last = np.where(p > 0, writers[np.maximum(p - 1, 0)] if len(writers) else -1, -1)
+                r_acc.append(reads)
+                r_grp.append(np.full(len(reads), grp))
+                r_last.append(last)
+            if len(writers) == 0:
+                continue
+            final[grp] = writers[-1]
+            both = np.intersect1d(writers, acc_task[reads])
+            if len(both):  # a task reads bytes it writes: only as an identical elementwise view
+                bad = reads[np.isin(acc_task[reads], both) & ~self.in_place_ok[reads]]
+                if len(bad):
+                    a = int(bad[np.argmin(self.task_id[acc_task[bad]])])
+                    raise VerificationError(
+                        f"{self.name(int(acc_task[a]))} reads {self.where(arena, *g.byte_range(int(g.rep[grp])))} through "
+                        f"input operand {int(self.acc_op[a])} and also writes them through a different view (its output): "
+                        "threads of one task would race on them (in place is safe only for an elementwise op whose "
+                        "input view is its output view). Give the output bytes of its own"
+                    )
+            tasks = np.unique(acc_task[accs])
+            if len(tasks) < 2:
+                continue
+            sets.append((writers, tasks))
+            if len(writers) > 1:
+                ph = self.phase[writers]
+                u, c = np.unique(ph, return_counts=True)
+                if (c > 1).any():
+                    two = np.sort(writers[ph == u[c > 1][0]])[:2]
+                    raise VerificationError(
+                        f"{self.name(int(two[0]))} and {self.name(int(two[1]))}, two tasks of one phase, both write "
+                        f"{self.where(arena, *g.byte_range(int(g.rep[grp])))} (write-after-write): each element must be "
+                        "produced by exactly one task of its phase; fix the tile bounds or output offsets"
+                    )
+                check(writers[:-1], writers[1:], grp)
+            others = np.setdiff1d(tasks, writers, assume_unique=True)
+            if len(others):
+                p = np.searchsorted(pos[writers], pos[others])
+                after = p > 0
+                check(writers[p[after] - 1], others[after], grp)
+                before = p < len(writers)
+                check(others[before], writers[p[before]], grp)
+        if chk_a:
+            a, b = np.concatenate(chk_a), np.concatenate(chk_b)
+            grp_of = np.concatenate(chk_g)
+            bad = np.flatnonzero(~hb.before(a, b))
+            if len(bad):
+                lo = np.minimum(self.task_id[a[bad]], self.task_id[b[bad]])
+                hi = np.maximum(self.task_id[a[bad]], self.task_id[b[bad]])
+                i = bad[np.lexsort((hi, lo))[0]]
+                self.race_error(arena, g, hb, int(a[i]), int(b[i]), int(grp_of[i]), acc_task, acc_write)
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+        return cat(r_acc), cat(r_grp), cat(r_last), sets, final
+
+    def race_error(self, arena, g, hb, first: int, then: int, grp: int, acc_task, acc_write):
+        """Raises for the unordered pair (first, then), first earlier in the topological order."""
+        accs = g.members(grp)
+        wrote = set(acc_task[accs[acc_write[accs]]].tolist())
+        ra, rb = sorted((first, then), key=lambda r: int(self.task_id[r]))
+        if first in wrote and then in wrote:
+            kind, verbs = "write-after-write", "both write them"
+        else:
+            w, rd = (first, then) if first in wrote else (then, first)
+            kind = "read-after-write" if w == first else "write-after-read"
+            verbs = f"{self.short(w)} writes them and {self.short(rd)} reads them"
+        raise VerificationError(
+            f"race ({kind}) on {self.where(arena, *g.byte_range(int(g.rep[grp])))}: {self.name(ra)} and "
+            f"{self.name(rb)}: {verbs}, and neither happens before the other. Make {self.short(then)} wait on "
+            f"counter {int(self.signal[first])} (signalled by {self.short(first)}), or give them disjoint bytes"
+        )
+
+    CARRIED = -2  # pseudo-phase of a state byte nobody wrote yet this beat: the previous beat's value
+
+    def dataflow(self, arena: int, g, acc, grp, last, acc_task, acc_op) -> None:
+        """Check 5. Reads of ACT and OUTPUT bytes see a write from earlier this beat; and for every
+        view one phase reads, the last writers of everything its tasks read belong to one phase (a
+        state byte not yet written this beat counts as one more source: the previous beat's value)."""
+        if not len(acc):
+            return
+        fresh = arena in FRESH_ARENAS
+        task = acc_task[acc]
+        ph = np.where(last >= 0, self.phase[np.maximum(last, 0)], -1 if fresh else self.CARRIED)
+        op = acc_op[acc]
+        tid = self.task_id[task]
+        span = lambda i: self.where(arena, *g.byte_range(int(g.rep[grp[i]])))  # noqa: E731
+        self.mixed_sources(arena, g, grp, last, task, op, tid, ph)
+        if fresh and (ph == -1).any():
+            cand = np.flatnonzero(ph == -1)
+            i = int(cand[np.lexsort((op[cand], tid[cand]))[0]])
+            raise VerificationError(
+                f"{self.name(int(task[i]))} reads {span(i)} through input operand {int(op[i])}, but no task writes "
+                "those bytes earlier in the beat (they hold another tensor or garbage): a wait is missing, a tile "
+                "leaves a gap, or the operand offset is wrong"
+            )
+
+    def mixed_sources(self, arena, g, grp, last, task, op, tid, ph) -> None:
+        """Raises when the tasks of one phase reading one view (operand, offset, session stride) read
+        bytes whose last writers span two phases."""
+        written = ph != -1  # unwritten fresh bytes are reported afterwards, as such
+        if not written.any():
+            return
+        grp, last, task, op, tid, ph = grp[written], last[written], task[written], op[written], tid[written], ph[written]
+        span = lambda i: self.where(arena, *g.byte_range(int(g.rep[grp[i]])))  # noqa: E731
+        # One view: the tasks of one phase reading operand k at one (arena, offset, session stride) read
+        # one tensor, tile by tile (a concat reads its inputs through distinct offsets, so distinct views).
+        rec = self.rec[task]
+        k_off = rec["offset"][np.arange(len(task)), op].astype(np.int64)
+        k_str = rec["session_stride"][np.arange(len(task)), op].astype(np.int64)
+        view = np.stack([self.phase[task], op, k_off, k_str], axis=1)
+        _, kid = np.unique(view, axis=0, return_inverse=True)
+        kid = kid.ravel()
+        o = np.lexsort((tid, ph, kid))
+        kid_o, ph_o = kid[o], ph[o]
+        diff = np.flatnonzero((kid_o[1:] == kid_o[:-1]) & (ph_o[1:] != ph_o[:-1])) + 1
+        if not len(diff):
+            return
+        # The violating (phase, operand) with the lowest task id; within it, the lowest task id per source.
+        bad_kids = np.unique(kid_o[diff])
+        rows = np.flatnonzero(np.isin(kid, bad_kids))
+        k = kid[rows[np.argmin(tid[rows])]]
+        rows = np.flatnonzero(kid == k)
+        rows = rows[np.lexsort((tid[rows],))]
+        i = int(rows[0])
+        j = int(rows[np.flatnonzero(ph[rows] != ph[i])[0]])
+        src = lambda r: (  # noqa: E731
+            "the previous beat's state (nothing wrote it yet this beat)" if ph[r] == self.CARRIED else self.name(int(last[r]))
+        )
+        raise VerificationError(
+            f"{self.name(int(task[i]))} and its phase read a mix of two producers through input operand {int(op[i])}: "
+            f"{span(i)} (read by {self.short(int(task[i]))}) was last written by {src(i)}, but {span(j)} (read by "
+            f"{self.short(int(task[j]))}) by {src(j)}: an output offset (or the arena plan) puts one tensor where "
+            "another is read, or a tile of the producer is missing"
+        )
+
+    # ---- 7. final writers ----------------------------------------------------------------------
+    def final_values(self) -> None:
+        """Every byte of a state (all slots) or an output ends the beat with a value of one phase."""
+        for arena, key, what in ((Arena.STATE, "states", "state"), (Arena.OUTPUT, "outputs", "output")):
+            if arena not in self.final_writers:
+                continue
+            g, final = self.final_writers[arena]
+            for spec in self.meta.get(key, []):
+                nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
+                if nbytes == 0:
+                    continue
+                start = (int(spec["offset"]) + np.arange(self.sessions, dtype=np.int64) * int(spec["session_stride"])) // 4
+                lo = np.searchsorted(g.points, start, side="right") - 1
+                hi = np.searchsorted(g.points, start + nbytes // 4, side="left")
+                cnt = np.maximum(hi - lo, 0)
+                which = np.repeat(np.arange(self.sessions), cnt)
+                seg = np.repeat(lo, cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+                ok = (seg >= 0) & (seg < len(g.group_of_seg))
+                seg, which = seg[ok], which[ok]
+                grp = g.group_of_seg[seg]
+                ok = grp >= 0
+                seg, which, grp = seg[ok], which[ok], grp[ok]
+                w = final[grp]
+                seg, which, w = seg[w >= 0], which[w >= 0], w[w >= 0]
+                if len(w) == 0:
+                    continue
+                ph = self.phase[w]
+                if (ph == ph[0]).all():
+                    continue
+                j = int(np.flatnonzero(ph != ph[0])[0])
+                raise VerificationError(
+                    f"{what} {spec['name']!r} ends the beat with values from two phases: session {int(which[0])} "
+                    f"{self.where(arena, *g.byte_range(int(seg[0])))} last written by {self.name(int(w[0]))}, but "
+                    f"session {int(which[j])} {self.where(arena, *g.byte_range(int(seg[j])))} by {self.name(int(w[j]))}: "
+                    f"a task of the {what}'s final write is missing or its tile bounds leave a gap"
+                )
+
+    # ---- 6. coverage ---------------------------------------------------------------------------
+    def coverage(self, accesses: list[Access]) -> None:
+        for arena, key, what in ((Arena.OUTPUT, "outputs", "output"), (Arena.STATE, "states", "state")):
+            parts = [a.word_intervals() for a in accesses if a.write and a.arena == arena]
+            if parts:
+                b = np.concatenate([p[0] for p in parts]) * ELEM_BYTES
+                e = np.concatenate([p[1] for p in parts]) * ELEM_BYTES
+                o = np.argsort(b, kind="stable")
+                b, e = b[o], np.maximum.accumulate(e[o])
+                new = np.r_[True, b[1:] > e[:-1]]
+                mb = b[new]
+                me = e[np.r_[np.flatnonzero(new)[1:] - 1, len(e) - 1]]
+            else:
+                mb = me = np.zeros(0, np.int64)
+            for spec in self.meta.get(key, []):
+                nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
+                if nbytes == 0:
+                    continue
+                start = int(spec["offset"]) + np.arange(self.sessions, dtype=np.int64) * int(spec["session_stride"])
+                i = np.searchsorted(mb, start, side="right") - 1
+                cov_end = np.where(i >= 0, me[np.maximum(i, 0)], start)
+                covered = np.maximum(cov_end, start)
+                bad = np.flatnonzero(covered < start + nbytes)
+                if len(bad):
+                    s = int(bad[0])
+                    gap0 = int(covered[s])
+                    nxt = np.searchsorted(mb, gap0, side="right")
+                    gap1 = min(int(mb[nxt]) if nxt < len(mb) else 1 << 62, int(start[s]) + nbytes)
+                    raise VerificationError(
+                        f"{what} {spec['name']!r} of session {s}: {self.where(arena, gap0, gap1)} is not written by any "
+                        f"task in a beat ({'the runtime would read stale bytes' if arena == Arena.OUTPUT else 'the state would not advance'}): "
+                        "a tile is missing or its bounds leave a gap"
+                    )
+
+    # ---- driver --------------------------------------------------------------------------------
+    def run(self) -> VerifyReport:
+        t0 = time.perf_counter()
+        self.structure()
+        rec = self.rec
+        hb = build_happens_before(
+            self.worker_rows, self.signal, rec["wait_counter"].astype(np.int64), rec["wait_count"].astype(np.int64),
+            rec["n_waits"].astype(np.int64), int(self.meta["n_counters"]), self.name,
+        )
+        accesses = self.footprints()
+        pairs, exact, intervals = self.races_and_dataflow(accesses, hb)
+        self.coverage(accesses)
+        self.final_values()
+        return VerifyReport(
+            tasks=self.n, edges=hb.edges, conflicting_pairs=pairs, ordered=pairs, pairs_exact=exact, accesses=len(accesses),
+            intervals=intervals, seconds=time.perf_counter() - t0,
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1]))
