@@ -1,0 +1,15 @@
+// Input of wpk-verify.mlir (RACE): a dropped wait between two workers. Not a test by itself.
+builtin.module attributes {wave.cohort = 2 : i64, wpk.workers = 2 : i64, wpk.counters = 3 : i64, wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 64 : i64, input = 64 : i64, output = 64 : i64}, wpk.act_lower_bound = 64 : i64} {
+  wpk.buffer "in.x" {model_name = "x", shape = array<i64: 8>, cohort_axis = -1 : i64, arena = "input", role = "input", bytes = 32 : i64, session_stride = 32 : i64, offset = 0 : i64}
+  wpk.buffer "t1" {arena = "act", role = "act", bytes = 32 : i64, session_stride = 32 : i64, offset = 0 : i64}
+  wpk.buffer "out.y" {model_name = "y", shape = array<i64: 8>, cohort_axis = -1 : i64, arena = "output", role = "output", bytes = 32 : i64, session_stride = 32 : i64, offset = 0 : i64}
+  wpk.phase "ewise_1" attributes {op = "wave.ewise"} {
+    wpk.task "ewise" {inputs = ["in.x"], input_offsets = array<i64: 0>, output = "t1", output_offset = 0 : i64, sessions = array<i64: 0, 1>, elems = array<i64: 0, 8>, params = array<i64: 1, 1, 8, 1, 1, 1, 2, 1099511627776, 3307124817920>, worker = 0 : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64, payload = array<i32: 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 32, 131075>}
+    wpk.task "ewise" {inputs = ["in.x"], input_offsets = array<i64: 0>, output = "t1", output_offset = 0 : i64, sessions = array<i64: 1, 2>, elems = array<i64: 0, 8>, params = array<i64: 1, 1, 8, 1, 1, 1, 2, 1099511627776, 3307124817920>, worker = 1 : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64, payload = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 2, 0, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 32, 131075>}
+  }
+  wpk.phase "output_y" attributes {op = "wave.output"} {
+    wpk.task "ewise" {inputs = ["t1"], input_offsets = array<i64: 0>, output = "out.y", output_offset = 0 : i64, sessions = array<i64: 0, 1>, elems = array<i64: 0, 8>, params = array<i64: 1, 1, 8, 1, 1, 1, 1, 1099511627776>, worker = 1 : i64, order = 1 : i64, waits = array<i64>, signal = 2 : i64, payload = array<i32: 1, 1, 2, 2, 1, 0, 0, 2, 0, 0, 0, 1, 0, 8, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 32, 262146>}
+    wpk.task "ewise" {inputs = ["t1"], input_offsets = array<i64: 0>, output = "out.y", output_offset = 0 : i64, sessions = array<i64: 1, 2>, elems = array<i64: 0, 8>, params = array<i64: 1, 1, 8, 1, 1, 1, 1, 1099511627776>, worker = 0 : i64, order = 1 : i64, waits = array<i64: 1, 2>, signal = 2 : i64, payload = array<i32: 1, 65536, 3, 2, 1, 0, 0, 2, 0, 0, 1, 2, 0, 8, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 32, 262146>}
+  }
+}
+

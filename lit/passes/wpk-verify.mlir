@@ -1,0 +1,19 @@
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-schedule{workers=2},wpk-arena,wpk-payload,wpk-verify' | filecheck %s
+// RUN: wavec-opt %S/Inputs/wpk-verify-race.mlir -p wpk-verify --verify-diagnostics | filecheck %s --check-prefix=RACE
+
+// The pipeline's own schedule verifies: the pass leaves the program unchanged.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @two_phases() {
+    %x = wave.input "x" : tensor<2x8xf32>
+    %y = wave.ewise "relu(%0)"(%x) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+    wave.output "y", %y : tensor<2x8xf32>
+    func.return
+  }
+}
+// CHECK:       wpk.phase "ewise_1"
+// CHECK:       wpk.phase "output_y"
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}waits = array<i64: 1, 2>
+
+// The same program with session 0's copy moved to worker 1 and its wait dropped: it reads what worker 0
+// writes with nothing ordering the two (Inputs/wpk-verify-race.mlir).
+// RACE: wpk-verify: race (read-after-write) on act arena bytes [0, 32) (tensor {{.*}}t1{{.*}}, session 0, byte 0): task 0 {{.*}} and task 2 {{.*}}neither happens before the other
