@@ -390,3 +390,160 @@ def test_run_beats_is_the_interp_backend():
     f = frames_for(profile, np.random.default_rng(16), 2)
     reset = np.zeros((2, profile.sessions), bool)
     assert np.array_equal(run_beats(profile, f, reset, seed=1)["y"], run(profile, f, reset, seed=1)["y"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The prepared (cached-index) task runners and the heap scheduler against their references
+
+
+def opcode_profiles():
+    """Small profiles covering every opcode and tiling the opcode tests above use."""
+    rng = np.random.default_rng(20)
+    out = []
+    pb = ProfileBuilder(sessions=5, workers=2)
+    x, yt, z = pb.input("x", (3, 5)), pb.input("yt", (5, 3)), pb.input("z", (3, 5))
+    bias = pb.weight("bias", rng.normal(size=5).astype(np.float32))
+    y = pb.output("out", (5, 3))
+    params = EwiseParams((3, 5), (1, 3), ((5, 1), (1, 3), (0, 1), (5, -1)),
+                         code("add(select(gt(%0, 0.0), mul(%1, sigmoid(%2)), sub(%3, tanh(%1))), 0.5)"))
+    for w, s, e in tiles(pb, 15, [2], [7]):
+        pb.task(params, [x, yt, bias, z.at(4)], y, worker=w, sessions=s, elems=e)
+    out.append(pb.build())
+    for b_layout in ("shared_kn", "per_session_nk"):
+        B, M, K, N = 2, 3, 7, 5
+        pb = ProfileBuilder(sessions=4, workers=3)
+        a = pb.input("a", (B, M, K))
+        if b_layout == "shared_kn":
+            b, b_strides = pb.weight("b", rng.normal(size=(K, N)).astype(np.float32)), (0, 0, 1, N)
+        else:
+            b, b_strides = pb.input("b", (B, N, K)), (N * K, 0, K, 1)
+        y = pb.output("out", (B, M, N))
+        params = MatmulParams((B, M, N), K, (M * N, N, 1), (M * K, K, 0, 1), b_strides)
+        for w, s, e in tiles(pb, B * M * N, [1, 3], [4, 13, 17]):
+            pb.task(params, [a, b], y, worker=w, sessions=s, elems=e)
+        out.append(pb.build())
+    for c in CONV_CASES.values():
+        pb = ProfileBuilder(sessions=3, workers=2)
+        params = conv_params(c["x"], c["w"], stride=c["stride"], pads=c["pads"], dilation=c["dilation"],
+                             group=c["group"], has_bias=c["bias"])
+        x = pb.input("x", c["x"])
+        operands = [x, pb.weight("w", rng.normal(size=c["w"]).astype(np.float32))]
+        if c["bias"]:
+            operands.append(pb.weight("b", rng.normal(size=c["w"][0]).astype(np.float32)))
+        y = pb.output("y", params.shape)
+        n = params.n_elems
+        for wk, s, e in tiles(pb, n, [1], [n // 3, 2 * n // 3 + 1]):
+            pb.task(params, operands, y, worker=wk, sessions=s, elems=e)
+        out.append(pb.build())
+    for kind in ("sum", "max", "logsumexp"):
+        pb = ProfileBuilder(sessions=4, workers=2)
+        x, y = pb.input("x", (4, 6, 5)), pb.output("y", (6,))
+        params = ReduceParams(REDUCE_KINDS.index(kind), (6,), (1,), (5,), (4, 5), (30, -1))
+        for w, s, e in tiles(pb, 6, [1, 3], [4]):
+            pb.task(params, [x.at(4)], y, worker=w, sessions=s, elems=e)
+        pb.task(ReduceParams(REDUCE_KINDS.index(kind), (3,), (1,), (1,), (0,), (1,)), [x], pb.act("e", (3,)))
+        out.append(pb.build())
+    return out
+
+
+@pytest.mark.parametrize("mode", ["default", "gathers", "reference"])
+def test_prepared_tasks_are_bit_identical_to_the_reference_bodies(monkeypatch, mode):
+    """Each task's prepared runner (rectangles, cached gathers, or the reference body when over budget)
+    leaves exactly the arena bytes bodies.run_task does, replayed in the same order."""
+    from wavec.targets.interp import prepare
+    from wavec.targets.interp.bodies import run_task
+
+    if mode == "gathers":
+        monkeypatch.setattr(prepare, "MAX_RECTS", 0)
+    if mode == "reference":
+        monkeypatch.setattr(prepare, "TASK_CACHE_ELEMS", 0)
+    rng = np.random.default_rng(21)
+    for profile in opcode_profiles():
+        fast, ref = Interpreter(profile, seed=4), Interpreter(profile)
+        for _ in range(2):
+            f = frames_for(profile, rng)
+            flags = rng.random(profile.sessions) < 0.5
+            for m in (fast, ref):
+                m.write_inputs({k: v[0] for k, v in f.items()}, flags)
+            fast.run_beat()
+            mem = ref.memory(ref.beat)
+            for row in fast.order:
+                run_task(ref.plans[row], mem)
+            ref.beat += 1
+            for a in Arena:
+                bufs = [m.arenas[a] if isinstance(m.arenas[a], tuple) else (m.arenas[a],) for m in (fast, ref)]
+                assert all(np.array_equal(u, v) for u, v in zip(*bufs)), (mode, a)
+
+
+def rescan_order(machine: Interpreter) -> list[int]:
+    """The order a scheduler that reconsiders every waiter of a counter on each signal gives (the
+    interpreter's original loop), without running the tasks; advances a copy of the counters."""
+    counters = list(machine.counters)
+    rng = np.random.default_rng()
+    rng.bit_generator.state = machine.rng.bit_generator.state  # the draws the machine is about to make
+    head = [b for b, _ in machine.worker_rows]
+    ready, waiting, order = [], {}, []
+    need = machine.beat + 1
+
+    def consider(w):
+        if head[w] == machine.worker_rows[w][1]:
+            counters[0] += 1
+            wake(0)
+            return
+        for c, n in machine.plans[head[w]].waits:
+            if counters[c] < n * need:
+                waiting.setdefault(c, []).append(w)
+                return
+        ready.append(w)
+
+    def wake(c):
+        for w in waiting.pop(c, []):
+            consider(w)
+
+    for w in range(len(machine.worker_rows)):
+        consider(w)
+    while ready:
+        i = int(rng.integers(len(ready)))
+        ready[i], ready[-1] = ready[-1], ready[i]
+        w = ready.pop()
+        plan = machine.plans[head[w]]
+        order.append(plan.row)
+        head[w] += 1
+        counters[plan.signal] += 1
+        wake(plan.signal)
+        consider(w)
+    assert not waiting
+    return order
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_heap_scheduler_orders_like_a_rescan(seed):
+    """Random DAGs over 6 workers, with counters shared by several signallers and waits on one counter at
+    two levels: the interpreter's wake-at-target scheduler picks the same order as rescanning waiters."""
+    rng = np.random.default_rng(100 + seed)
+    pb = ProfileBuilder(sessions=1, workers=6)
+    x, y = pb.input("x", (4,)), pb.output("y", (4,))
+    shared = [pb.counter() for _ in range(3)]
+    signalled: list[tuple[int, int]] = []  # (counter, signals so far) after each task
+    counts = {c: 0 for c in shared}
+    for t in range(60):
+        waits = []
+        if signalled:
+            for c, n in {signalled[int(i)] for i in rng.integers(len(signalled), size=int(rng.integers(0, 3)))}:
+                waits.append((c, n))
+        if waits and rng.random() < 0.3:  # the same counter twice, at a lower level first
+            c, n = waits[0]
+            waits = [(c, max(1, n - 1)), *waits][:3]
+        sig = shared[int(rng.integers(3))] if rng.random() < 0.4 else pb.counter()
+        counts[sig] = counts.get(sig, 0) + 1
+        pb.task(copy_params((4,)), [x], y, worker=int(rng.integers(6)), waits=waits, signal=sig)
+        signalled.append((sig, counts[sig]))
+    # waits name the count reached after the signalling task; a later signaller of a shared counter
+    # only raises it, so each wait is met by tasks created before the waiter (no deadlock).
+    profile = pb.build()
+    machine = Interpreter(profile, seed=seed)
+    for _ in range(3):
+        machine.write_inputs({"x": np.ones((1, 4), np.float32)}, np.zeros(1, bool))
+        want = rescan_order(machine)
+        machine.run_beat()
+        assert machine.order == want

@@ -12,6 +12,9 @@ State reset is the program's job: the runtime only writes the reset flags into t
 
 from __future__ import annotations
 
+import itertools
+from heapq import heappop, heappush
+
 import numpy as np
 
 from wavec.errors import RuntimeBackendError
@@ -19,7 +22,8 @@ from wavec.opcodes import DOUBLE_BUFFERED, MAX_INPUTS, OUT, Arena, Opcode, unpac
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, operand_arena
 from wavec.profile import Profile
 
-from .bodies import Operand, TaskPlan, expected_inputs, run_task
+from .bodies import Operand, TaskPlan, expected_inputs
+from .prepare import TaskCache, prepare_task
 
 ARENA_NAMES = {a: a.name.lower() for a in Arena}
 
@@ -111,6 +115,11 @@ class Interpreter:
         self.plans = plan_tasks(profile)
         self.worker_rows = [(int(b), int(e)) for b, e in self.meta["worker_tasks"]]
         self._check_workers()
+        self._ends = [e for _, e in self.worker_rows]
+        self._waits = [plan.waits for plan in self.plans]
+        self._signals = [plan.signal for plan in self.plans]
+        self._kernels: list = [None] * len(self.plans)  # prepare_task's runner per row, made on first run
+        self._cache = TaskCache()
         self.counters = [0] * int(self.meta["n_counters"])
         self.beat = 0
         self.order: list[int] = []
@@ -203,43 +212,80 @@ class Interpreter:
         return None
 
     def run_beat(self) -> None:
-        """Runs every task of the current beat once, in a random dependency-respecting order."""
+        """Runs every task of the current beat once, in a random dependency-respecting order.
+
+        A blocked worker sits in a min-heap per counter, keyed by the value it needs and then by when it
+        blocked, and is woken only once the counter reaches that value; woken workers are reconsidered in
+        the order they blocked, so the ready list (and with it the seeded order) is the one a rescan of
+        every waiter on each signal would give."""
         b = self.beat
         mem = self.memory(b)
+        mult = b + 1
+        ends = self._ends
+        waits = self._waits
+        signals = self._signals
+        plans = self.plans
+        kernels = self._kernels
+        counters = self.counters
+        rng = self.rng
         head = [begin for begin, _ in self.worker_rows]
         ready: list[int] = []  # workers whose next task may run
-        waiting: dict[int, list[int]] = {}  # counter -> workers whose next task waits on it
-        self.order = []
+        waiting: dict[int, list[tuple[int, int, int]]] = {}  # counter -> heap of (needed value, seq, worker)
+        self.order = order = []
+        seq = itertools.count()
 
-        def consider(w: int) -> None:
-            if head[w] == self.worker_rows[w][1]:
-                self.counters[BEAT_DONE_COUNTER] += 1
+        def consider(w: int, woken_on: int = -1, woken_seq: int = -1) -> None:
+            h = head[w]
+            if h == ends[w]:
+                counters[BEAT_DONE_COUNTER] += 1
                 wake(BEAT_DONE_COUNTER)
                 return
-            blocker = self._blocker(self.plans[head[w]])
-            if blocker is None:
-                ready.append(w)
-            else:
-                waiting.setdefault(blocker, []).append(w)
+            for counter, count in waits[h]:
+                need = count * mult
+                if counters[counter] < need:
+                    heap = waiting.get(counter)
+                    if heap is None:
+                        heap = waiting[counter] = []
+                    # Blocked again on the counter it was woken by: it keeps its place among that
+                    # counter's waiters, as a rescan would leave it.
+                    s = woken_seq if counter == woken_on else next(seq)
+                    heappush(heap, (need, s, w))
+                    return
+            ready.append(w)
 
         def wake(counter: int) -> None:
-            for w in waiting.pop(counter, []):
-                consider(w)
+            heap = waiting.get(counter)
+            if not heap:
+                return
+            value = counters[counter]
+            if heap[0][0] > value:
+                return
+            woken = []
+            while heap and heap[0][0] <= value:
+                _, s, w = heappop(heap)
+                woken.append((s, w))
+            woken.sort()
+            for s, w in woken:
+                consider(w, counter, s)
 
         for w in range(len(self.worker_rows)):
             consider(w)
         while ready:
-            i = int(self.rng.integers(len(ready)))
+            i = int(rng.integers(len(ready)))
             ready[i], ready[-1] = ready[-1], ready[i]
             w = ready.pop()
-            plan = self.plans[head[w]]
-            run_task(plan, mem)
-            self.order.append(plan.row)
-            head[w] += 1
-            self.counters[plan.signal] += 1
-            wake(plan.signal)
+            row = head[w]
+            run = kernels[row]
+            if run is None:
+                run = kernels[row] = prepare_task(plans[row], mem, self._cache)
+            run(mem)
+            order.append(row)
+            head[w] = row + 1
+            signal = signals[row]
+            counters[signal] += 1
+            wake(signal)
             consider(w)
-        if waiting:
+        if any(waiting.values()):
             raise RuntimeBackendError(self._deadlock_message(head))
         self.beat += 1
 
