@@ -5,7 +5,8 @@ the output arena, states in the state arena, weights and state initial values in
 everything else in the activation arena) plus an element offset; `wave.reshape` only renames a location.
 Each compute op becomes one `wpk.phase` of tasks; a task is one tile: a range of sessions times a range of
 one session's output elements, sized so that an op spreads over `workers` tasks when its work allows
-(never tiles under `min-tile-elems` elements). Data movement (slice, transpose, concat, broadcast, copies)
+(never tiles under `min-tile-elems` elements or `min-tile-flops` FLOPs per session, so a copy stays
+whole while a convolution's few outputs of hundreds of taps each spread over many SMs). Data movement (slice, transpose, concat, broadcast, copies)
 becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op.
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
 order, the output copies, then the state writes (after every read of the old state).
@@ -24,6 +25,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
+from wavec.analysis.cost import flops_per_element
 from wavec.dialects import wave, wpk
 from wavec.opcodes import (
     MAX_INPUTS,
@@ -74,8 +76,8 @@ def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tup
 
 
 def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
-    """(s0, s1, e0, e1) tiles covering sessions x elems: sessions split first, elements only when the
-    cohort alone cannot fill the workers."""
+    """(s0, s1, e0, e1) tiles covering sessions x elems: sessions split first, elements (never below
+    `min_elems` per tile) only when the cohort alone cannot fill the workers."""
     s_chunks = min(sessions, workers)
     s_per = math.ceil(sessions / s_chunks)
     s_chunks = math.ceil(sessions / s_per)
@@ -98,6 +100,7 @@ class _Lowering:
     n: int
     workers: int
     min_elems: int
+    min_work: int
     buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
     locs: dict[SSAValue, Loc] = field(default_factory=dict)
     phases: list[wpk.PhaseOp] = field(default_factory=list)
@@ -140,7 +143,8 @@ class _Lowering:
             sessions = self.n if out.per_session else 1
             if params.n_elems == 0:  # an empty tensor: nothing to compute, no task
                 continue
-            for s0, s1, e0, e1 in tiles(sessions, params.n_elems, self.workers, self.min_elems):
+            min_elems = max(self.min_elems, self.min_work // max(1, flops_per_element(params)))
+            for s0, s1, e0, e1 in tiles(sessions, params.n_elems, self.workers, min_elems):
                 tasks.append(
                     wpk.TaskOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), (s0, s1), (e0, e1), words)
                 )
@@ -423,14 +427,17 @@ class WaveToWpk(ModulePass):
 
     name = "wave-to-wpk"
     workers: int = field(default=132, metadata={"help": "workers (one block per SM) an op's tiles should fill"})
-    min_tile_elems: int = field(default=256, metadata={"help": "smallest tile, in output elements per session"})
+    min_tile_elems: int = field(default=8, metadata={"help": "smallest tile, in output elements per session"})
+    min_tile_flops: int = field(
+        default=8192, metadata={"help": "smallest tile, in FLOPs per session (cheap ops get longer tiles)"}
+    )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
         if n is None:
             raise PassFailedException("wave-to-wpk: the module has no wave.cohort attribute; run wave-cohort first")
         block = wave.graph_block(op)
-        lw = _Lowering(n, self.workers, self.min_tile_elems)
+        lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops)
         pairs = _paired_outputs(block)
         for node in list(block.ops):
             if isinstance(node, wave.EwiseOp) and len(node.inputs) > MAX_INPUTS:

@@ -10,7 +10,8 @@ shipped speech (wavec.audio.cohort_schedule: staggered joins and rejoins, per-se
 `--backend cuda`, run the original ONNX model in onnxruntime on the same frames with the same per-session
 state (wavec.reference), and report the max abs error of `output` and `stateN`; then time
 `--warmup` + `--beats` beats and print beat latency p50/p99 (host publishes the input epoch -> host
-sees the output epoch, microseconds). Needs numpy, onnxruntime, cuda-bindings and nvcc; not xDSL.
+sees the output epoch, microseconds); finally run `--trace-beats` beats with the kernel's per-task
+timeline on and print the slowest phases of the last one. Needs numpy, onnxruntime, cuda-bindings and nvcc; not xDSL.
 The model file comes from $WAVEC_CACHE (wavec.models), since the GPU machine reaches no registry.
 """
 
@@ -57,7 +58,12 @@ def check_and_time(directory: Path, args) -> dict:
             session.beat({"input": frames[b]}, reset[b])
         wall = time.perf_counter() - t0
         lat = np.array(session.latencies_us[args.warmup :])
+    with runtime.CudaSession(profile, cubin=cubin, trace=True) as session:
+        for b in range(args.trace_beats):
+            session.beat({"input": frames[b]}, reset[b])
+        timeline = phase_timeline(profile, session.read_trace())
     return {
+        "timeline": timeline,
         "profile": str(directory),
         "sessions": n,
         "tasks": int(len(profile.payloads)),
@@ -72,12 +78,44 @@ def check_and_time(directory: Path, args) -> dict:
     }
 
 
+def phase_timeline(profile, trace: np.ndarray) -> list[dict]:
+    """Per phase of the last traced beat: its span (first body start to last body end, us) and the time
+    its tasks spent waiting before their bodies (summed over tasks, us)."""
+    counts = [p["tasks"] for p in profile.meta["phases"]]
+    phase_of_task = np.repeat(np.arange(len(counts)), counts)
+    phase = phase_of_task[profile.payloads["task"]]
+    t = trace.astype(np.int64)
+    t0 = int(t[:, 0].min())
+    rows = []
+    for index, info in enumerate(profile.meta["phases"]):
+        mine = t[phase == index]
+        if not len(mine):
+            continue
+        rows.append({
+            "phase": info["name"], "tasks": int(len(mine)),
+            "start_us": (int(mine[:, 1].min()) - t0) / 1e3,
+            "span_us": (int(mine[:, 2].max()) - int(mine[:, 1].min())) / 1e3,
+            "body_max_us": float((mine[:, 2] - mine[:, 1]).max()) / 1e3,
+            "wait_us": float((mine[:, 1] - mine[:, 0]).sum()) / 1e3,
+        })
+    return rows
+
+
+def print_timeline(row: dict, top: int = 8) -> None:
+    slowest = sorted(row["timeline"], key=lambda r: -r["span_us"])[:top]
+    total = sum(r["span_us"] for r in row["timeline"])
+    print(f"  {row['sessions']} sessions: phases sum {total:.1f} us; slowest:")
+    for r in slowest:
+        print(f"    {r['phase']:<22} tasks {r['tasks']:>5}  span {r['span_us']:>8.1f} us  longest body {r['body_max_us']:>8.1f} us")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="+", type=Path)
     ap.add_argument("--check-beats", type=int, default=200)
     ap.add_argument("--beats", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--trace-beats", type=int, default=20, help="beats run with the per-task timeline on")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     _import_wavec()
@@ -96,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{r['sessions']:>8} {r['tasks']:>6} {r['err_output']:>11.2e} {r['err_stateN']:>11.2e} "
               f"{r['beat_p50_us']:>8.1f} {r['beat_p99_us']:>8.1f} {r['beat_max_us']:>8.1f}  {r['ok']}")
+    for r in rows:
+        if "timeline" in r:
+            print_timeline(r)
     passed = sum(1 for r in rows if r.get("ok"))
     print(f"{passed} passed, {len(rows) - passed} failed")
     return 0 if passed == len(rows) else 1

@@ -432,7 +432,7 @@ class FakeDriver:
         import threading
 
         assert (gx, gy, gz, bx, by, bz, smem) == (self.profile.meta["workers"], 1, 1, codegen.BLOCK_THREADS, 1, 1, 0)
-        ptrs = (ctypes.c_void_p * 13).from_address(params)
+        ptrs = (ctypes.c_void_p * 14).from_address(params)
         self.args = [ctypes.c_uint64.from_address(p).value for p in ptrs]
         self.kernel = threading.Thread(target=self._kernel, daemon=True)
         self.kernel.start()
@@ -445,7 +445,7 @@ class FakeDriver:
         from wavec.opcodes import Arena
         from wavec.targets.interp import Interpreter
 
-        (_pl, _wt, _pa, weights, state, act, inp, out, _ctr, flags_p, epoch_p, in_half, out_half) = self.args
+        (_pl, _wt, _pa, weights, state, act, inp, out, _ctr, flags_p, epoch_p, in_half, out_half, _trace) = self.args
         ab = self.profile.meta["arena_bytes"]
 
         def view(addr, n):
@@ -489,7 +489,7 @@ def test_runtime_protocol_against_a_fake_driver(monkeypatch, tmp_path, sessions)
     assert max_err(got, {k: v.astype(np.float64) for k, v in interp.run_beats(profile, frames, reset).items()}) == 0
     assert max_err(got, reference(weights, frames, reset)) <= 1e-4
     assert len(lat) == 5
-    assert fake.args[11:] == [profile.meta["arena_bytes"]["input"], profile.meta["arena_bytes"]["output"]]
+    assert fake.args[11:] == [profile.meta["arena_bytes"]["input"], profile.meta["arena_bytes"]["output"], 0]  # no trace
     assert not fake.kernel.is_alive()  # close() set the stop flag and the "kernel" returned
 
 

@@ -1,24 +1,25 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4}' --verify-diagnostics | filecheck %s
 
 // A state is reset (select on the session's flag) before the graph, written back after it; the
-// output is copied into the output arena. Two sessions on four workers: the matmul is split into
-// two element tiles per session so that four tasks fill the workers.
+// output is copied into the output arena. Two sessions on four workers: the matmul (128 FLOPs per
+// output) is split into two element tiles per session so that four tasks fill the workers; the copies,
+// at no arithmetic per element, stay one tile per session.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @rnn_step() {
-    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x8xf32>
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x64xf32>
     %h = wave.state "h" {cohort_axis = 0 : i64} : tensor<2x1x512xf32>
-    %w = wave.weight "w" : tensor<8x512xf32>
-    %g = wave.matmul %x, %w : (tensor<2x1x8xf32>, tensor<8x512xf32>) -> tensor<2x1x512xf32>
+    %w = wave.weight "w" : tensor<64x512xf32>
+    %g = wave.matmul %x, %w : (tensor<2x1x64xf32>, tensor<64x512xf32>) -> tensor<2x1x512xf32>
     %n = wave.ewise "tanh(add(%0, %1))"(%g, %h) : (tensor<2x1x512xf32>, tensor<2x1x512xf32>) -> tensor<2x1x512xf32>
     wave.state_write "h", %n : tensor<2x1x512xf32>
     wave.output "y", %n {cohort_axis = 0 : i64} : tensor<2x1x512xf32>
     func.return
   }
 }
-// CHECK:       wpk.buffer "in.x" {model_name = "x", shape = array<i64: 8>, cohort_axis = 0 : i64, arena = "input", role = "input", bytes = 32 : i64, session_stride = 32 : i64}
+// CHECK:       wpk.buffer "in.x" {model_name = "x", shape = array<i64: 64>, cohort_axis = 0 : i64, arena = "input", role = "input", bytes = 256 : i64, session_stride = 256 : i64}
 // CHECK:       wpk.buffer "s.h" {{.*}}arena = "state", role = "state", bytes = 2048 : i64, session_stride = 2048 : i64}
 // CHECK:       wpk.buffer "reset" {arena = "input", role = "reset"
-// CHECK:       wpk.buffer "w.w" {blob = "w", arena = "weights", role = "weight", bytes = 16384 : i64, session_stride = 0 : i64}
+// CHECK:       wpk.buffer "w.w" {blob = "w", arena = "weights", role = "weight", bytes = 131072 : i64, session_stride = 0 : i64}
 // CHECK:       wpk.phase "reset_h" attributes {op = "wave.state"} {
 // CHECK-COUNT-2: wpk.task "ewise" {inputs = ["reset", "init.h", "s.h"]
 // CHECK:       wpk.phase "matmul_3" attributes {op = "wave.matmul"} {

@@ -32,7 +32,7 @@ from string import Template
 from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: the kernel takes the optional per-task trace buffer
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 BLOCK_THREADS = 256
@@ -163,6 +163,7 @@ constexpr unsigned kBeatDoneCounter = $beat_done_counter;  // every worker adds 
 constexpr unsigned kEpochMirror = kProfileCounters + 0;  // block 0 copies host_flags[input epoch] here
 constexpr unsigned kStopMirror = kProfileCounters + 1;   // block 0 copies host_flags[stop] here
 constexpr unsigned kTotalCounters = kProfileCounters + $extra_counters;  // words the runtime allocates
+constexpr int kTraceWords = 3;  // optional trace, per payload row: wait begins, body begins, body ends (ns)
 constexpr unsigned kMaxBackoffNs = 256;              // __nanosleep cap while spinning on device counters
 constexpr unsigned kHostPollMaxBackoffNs = 512;      // cap while block 0 polls host memory (PCIe)
 constexpr unsigned kStopCheckPolls = 64;             // polls between two reads of the host stop flag
@@ -245,11 +246,14 @@ __device__ void record_error(unsigned* out_epoch, unsigned code, unsigned task, 
 
 enum WaitResult : int { kReached = 0, kStopped = 1, kFailed = 2 };
 
-// Spins (one thread) until *word reaches target. Reads the host stop flag every kStopCheckPolls polls;
-// with `timeout`, records kErrWaitTimeout after kWaitTimeoutNs.
+// Spins (one thread) until *word reaches target. Every kStopCheckPolls polls it reads the stop flag:
+// the host's own (over PCIe) when it is already polling host memory, else block 0's device-memory
+// mirror of it, since a host read from a device-counter wait costs tens of microseconds per wait.
+// With `timeout`, records kErrWaitTimeout after kWaitTimeoutNs.
 template <bool kSystemScope>
 __device__ int spin_until(const unsigned* word, unsigned target, const volatile unsigned* host_flags,
-                          unsigned* out_epoch, bool timeout, unsigned task, unsigned counter, unsigned beat) {
+                          const unsigned* stop_mirror, unsigned* out_epoch, bool timeout, unsigned task,
+                          unsigned counter, unsigned beat) {
   unsigned v = kSystemScope ? ld_acquire_sys(word) : ld_acquire_gpu(word);
   if (reached(v, target)) return kReached;
   const unsigned max_ns = kSystemScope ? kHostPollMaxBackoffNs : kMaxBackoffNs;
@@ -261,7 +265,8 @@ __device__ int spin_until(const unsigned* word, unsigned target, const volatile 
     v = kSystemScope ? ld_acquire_sys(word) : ld_acquire_gpu(word);
     if (reached(v, target)) return kReached;
     if (polls % kStopCheckPolls == 0) {
-      if (ld_acquire_sys(&host_flags[kHostStop]) != 0u) return kStopped;
+      const unsigned stop = kSystemScope ? ld_acquire_sys(&host_flags[kHostStop]) : ld_acquire_gpu(stop_mirror);
+      if (stop != 0u) return kStopped;
       if (timeout && global_timer_ns() - start > kWaitTimeoutNs) {
         record_error(out_epoch, kErrWaitTimeout, task, counter, v, target, beat);
         return kFailed;
@@ -383,6 +388,28 @@ __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, ch
   if (stack_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
+// Dot-product bodies (MATMUL, CONV) give each output a group of `lanes` threads that split the
+// reduction and combine it with warp shuffles, so a tile with fewer outputs than threads still keeps
+// every thread loading: a reduction's loads are what a beat waits on (one thread walking K = 387 taps
+// alone costs ~387 dependent memory round trips). Groups of one warp advance in lock step (uniform
+// trip count), so the shuffles see every lane.
+struct LaneGroups {
+  unsigned lanes, lane, group, groups, outputs, per_session;
+  __device__ LaneGroups(const Payload& t) {
+    per_session = t.elem_end - t.elem_begin;
+    outputs = (t.session_end - t.session_begin) * per_session;
+    lanes = 1;
+    while (lanes < 32 && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
+    lane = threadIdx.x % lanes;
+    group = threadIdx.x / lanes;
+    groups = blockDim.x / lanes;
+  }
+  __device__ __forceinline__ float combine(float v) const {
+    for (unsigned off = lanes / 2; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off, lanes);
+    return v;
+  }
+};
+
 // MATMUL: out[idx] = sum_k a[idx, k] * b[idx, k]. Words: MATMUL, rank, shape[rank], K, out_strides[rank],
 // a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's).
 __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
@@ -396,29 +423,66 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView a = operand(t, arena_base, 0);
   const OperandView b = operand(t, arena_base, 1);
-  for (TileCursor c(t); c.s < t.session_end; c.next()) {
-    long long out_off = 0, a_off = 0, b_off = 0;
-    unsigned rem = t.elem_begin + c.e;
-    for (int d = rank - 1; d >= 0; --d) {
-      const unsigned dim = (unsigned)shape[d];
-      const long long i = rem % dim;
-      rem /= dim;
-      out_off += i * out_strides[d];
-      a_off += i * a_strides[d];
-      b_off += i * b_strides[d];
+  const LaneGroups g(t);
+  for (unsigned base = 0; base < g.outputs; base += g.groups) {
+    const unsigned o = base + g.group;
+    const bool active = o < g.outputs;
+    float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+    long long out_off = 0;
+    unsigned s = 0;
+    if (active) {
+      s = t.session_begin + o / g.per_session;
+      long long a_off = 0, b_off = 0;
+      unsigned rem = t.elem_begin + o % g.per_session;
+      for (int d = rank - 1; d >= 0; --d) {
+        const unsigned dim = (unsigned)shape[d];
+        const long long i = rem % dim;
+        rem /= dim;
+        out_off += i * out_strides[d];
+        a_off += i * a_strides[d];
+        b_off += i * b_strides[d];
+      }
+      const float* pa = a.at(s, a_off);
+      const float* pb = b.at(s, b_off);
+      const long long step = g.lanes;
+      long long k = g.lane;
+      // Four independent products in flight per thread.
+      for (; k + 3 * step < K; k += 4 * step) {
+        acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
+        acc1 = fmaf(pa[(k + step) * ak], pb[(k + step) * bk], acc1);
+        acc2 = fmaf(pa[(k + 2 * step) * ak], pb[(k + 2 * step) * bk], acc2);
+        acc3 = fmaf(pa[(k + 3 * step) * ak], pb[(k + 3 * step) * bk], acc3);
+      }
+      for (; k < K; k += step) acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
     }
-    const float* pa = a.at(c.s, a_off);
-    const float* pb = b.at(c.s, b_off);
-    float acc = 0.0f;
-#pragma unroll 4
-    for (long long k = 0; k < K; ++k) acc = fmaf(pa[k * ak], pb[k * bk], acc);
-    *out.at(c.s, out_off) = acc;
+    const float sum = g.combine((acc0 + acc1) + (acc2 + acc3));
+    if (active && g.lane == 0) *out.at(s, out_off) = sum;
   }
 }
 
 // CONV (ONNX, NC + spatial, contiguous): out[n, o, y] = bias[o] + sum x[n, g*Cg + c, y*s + k*d - p] w[o, c, k].
 // Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp], stride[nsp],
 // pad_begin[nsp], dilation[nsp]. Inputs: x, w, bias (when has_bias). Out-of-range reads are 0.
+// The reduction runs over j = (c, k) flattened; a tap outside the input contributes nothing.
+__device__ __forceinline__ float conv_tap(const float* px, const float* pw, unsigned j, unsigned k_total,
+                                          int nsp, const long long* in_sp, const long long* kernel,
+                                          const long long* dilation, const long long* origin, long long in_total) {
+  const unsigned c = j / k_total, kk = j % k_total;
+  long long in_off = 0, in_step = 1;
+  unsigned rem = kk;
+  for (int d = nsp - 1; d >= 0; --d) {
+    const unsigned kd = rem % (unsigned)kernel[d];
+    rem /= (unsigned)kernel[d];
+    const long long pos = origin[d] + kd * dilation[d];
+    if (pos < 0 || pos >= in_sp[d]) return 0.0f;
+    in_off += pos * in_step;
+    in_step *= in_sp[d];
+  }
+  return px[c * in_total + in_off] * pw[j];
+}
+
+constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origin in registers
+
 __device__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
   const int nsp = (int)p[1];
   const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
@@ -435,35 +499,46 @@ __device__ void conv_body(const Payload& t, const long long* __restrict__ p, cha
     k_total *= kernel[d];
   }
   const long long cg = c_in / group, og = c_out / group;
+  const unsigned taps = (unsigned)(cg * k_total);
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView x = operand(t, arena_base, 0);
   const OperandView w = operand(t, arena_base, 1);
   const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
-  for (TileCursor c(t); c.s < t.session_end; c.next()) {
-    const long long e = t.elem_begin + c.e;
-    const long long n = e / (c_out * out_total);
-    const long long o = (e / out_total) % c_out;
-    const long long y_flat = e % out_total;
-    const float* px = x.at(c.s, (n * c_in + (o / og) * cg) * in_total);
-    const float* pw = w.at(c.s, o * cg * k_total);
-    float acc = 0.0f;
-    for (long long kk = 0; kk < k_total; ++kk) {
-      long long in_off = 0, in_step = 1, rem_k = kk, rem_y = y_flat;
-      bool valid = true;
-      for (int d = nsp - 1; d >= 0; --d) {
-        const long long kd = rem_k % kernel[d], yd = rem_y % out_sp[d];
-        rem_k /= kernel[d];
-        rem_y /= out_sp[d];
-        const long long pos = yd * stride[d] + kd * dilation[d] - pad[d];
-        valid = valid && pos >= 0 && pos < in_sp[d];
-        in_off += pos * in_step;
-        in_step *= in_sp[d];
+  const LaneGroups g(t);
+  for (unsigned base = 0; base < g.outputs; base += g.groups) {
+    const unsigned o_idx = base + g.group;
+    const bool active = o_idx < g.outputs;
+    float acc0 = 0.0f, acc1 = 0.0f;
+    unsigned s = 0;
+    long long e = 0, o = 0;
+    if (active) {
+      s = t.session_begin + o_idx / g.per_session;
+      e = t.elem_begin + o_idx % g.per_session;
+      const long long n = e / (c_out * out_total);
+      o = (e / out_total) % c_out;
+      long long origin[kMaxConvSpatial];
+      long long rem_y = e % out_total;
+#pragma unroll
+      for (int d = kMaxConvSpatial - 1; d >= 0; --d) {
+        if (d < nsp) {
+          origin[d] = (rem_y % out_sp[d]) * stride[d] - pad[d];
+          rem_y /= out_sp[d];
+        }
       }
-      if (!valid) continue;
-      for (long long ci = 0; ci < cg; ++ci) acc = fmaf(px[ci * in_total + in_off], pw[ci * k_total + kk], acc);
+      const float* px = x.at(s, (n * c_in + (o / og) * cg) * in_total);
+      const float* pw = w.at(s, o * cg * k_total);
+      unsigned j = g.lane;
+      for (; j + g.lanes < taps; j += 2 * g.lanes) {
+        acc0 += conv_tap(px, pw, j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
+        acc1 += conv_tap(px, pw, j + g.lanes, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
+      }
+      if (j < taps) acc0 += conv_tap(px, pw, j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
     }
-    if (has_bias) acc += *bias.at(c.s, o);
-    *out.at(c.s, e) = acc;
+    float acc = g.combine(acc0 + acc1);
+    if (active && g.lane == 0) {
+      if (has_bias) acc += *bias.at(s, o);
+      *out.at(s, e) = acc;
+    }
   }
 }
 
@@ -562,7 +637,13 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ params,
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
     case kOpMatmul: matmul_body(t, p, arena_base); break;
-    case kOpConv: conv_body(t, p, arena_base); break;
+    case kOpConv:
+      if (p[1] > kMaxConvSpatial) {
+        if (threadIdx.x == 0) record_error(out_epoch, kErrBadOpcode, t.task, 0, t.opcode, (unsigned)p[1], beat);
+        return;
+      }
+      conv_body(t, p, arena_base);
+      break;
     case kOpReduce: reduce_body(t, p, arena_base, out_epoch, beat); break;
     default:
       if (threadIdx.x == 0) record_error(out_epoch, kErrBadOpcode, t.task, 0, t.opcode, 0, beat);
@@ -581,7 +662,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, 1)
 $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ worker_tasks,
                  const long long* __restrict__ params, char* weights, char* state, char* act, char* input,
                  char* output, unsigned* counters, volatile unsigned* host_flags, unsigned* out_epoch,
-                 unsigned long long input_half_bytes, unsigned long long output_half_bytes) {
+                 unsigned long long input_half_bytes, unsigned long long output_half_bytes,
+                 unsigned long long* __restrict__ trace) {
   __shared__ Payload task;
   __shared__ char* arena_base[kOperands];
   __shared__ int control;     // WaitResult of thread 0's last wait, for the whole block
@@ -597,9 +679,11 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       int r;
       if (blockIdx.x == 0) {
         r = spin_until<true>(const_cast<const unsigned*>(&host_flags[kHostInputEpoch]), beat + 1, host_flags,
+                             &counters[kStopMirror],
                              out_epoch, false, ~0u, ~0u, beat);
         if (r == kReached)
-          r = spin_until<false>(&counters[kBeatDoneCounter], kWorkers * beat, host_flags, out_epoch, true, ~0u,
+          r = spin_until<false>(&counters[kBeatDoneCounter], kWorkers * beat, host_flags, &counters[kStopMirror],
+                                out_epoch, true, ~0u,
                                 kBeatDoneCounter, beat);
         if (r == kReached) {
           st_release_gpu(&counters[kEpochMirror], beat + 1);
@@ -611,8 +695,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
         r = kReached;
         unsigned ns = 16;
         for (unsigned polls = 1; !reached(ld_acquire_gpu(&counters[kEpochMirror]), beat + 1); ++polls) {
-          if (ld_acquire_gpu(&counters[kStopMirror]) != 0u ||
-              (polls % kStopCheckPolls == 0 && ld_acquire_sys(&host_flags[kHostStop]) != 0u)) {
+          if (ld_acquire_gpu(&counters[kStopMirror]) != 0u) {
             r = kStopped;
             break;
           }
@@ -636,17 +719,21 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
         reinterpret_cast<unsigned*>(&task)[threadIdx.x] = __ldg(reinterpret_cast<const unsigned*>(payloads + i) + threadIdx.x);
       __syncthreads();
       if (threadIdx.x == 0) {
+        if (trace) trace[kTraceWords * i + 0] = global_timer_ns();
         int r = kReached;
         for (int w = 0; w < (int)task.n_waits && w < kMaxWaits && r == kReached; ++w)
           r = spin_until<false>(&counters[task.wait_counter[w]], task.wait_count[w] * (beat + 1), host_flags,
+                                &counters[kStopMirror],
                                 out_epoch, true, task.task, task.wait_counter[w], beat);
         control = r;
       }
       __syncthreads();
       if (control != kReached) return;
       const unsigned signal = task.signal;  // read before the next iteration overwrites `task`
+      if (trace && threadIdx.x == 0) trace[kTraceWords * i + 1] = global_timer_ns();
       run_task(task, params, arena_base, out_epoch, beat);
       __syncthreads();
+      if (trace && threadIdx.x == 0) trace[kTraceWords * i + 2] = global_timer_ns();
       if (threadIdx.x == 0 && signal != kBeatDoneCounter) {
         __threadfence();
         red_release_gpu(&counters[signal], 1u);

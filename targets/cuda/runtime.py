@@ -115,6 +115,9 @@ class _Pinned:
             self.ptr = 0
 
 
+TRACE_WORDS = 3  # matches kTraceWords in the generated kernel
+
+
 class CudaSession:
     """One loaded profile with its persistent kernel running; feed it beat after beat.
 
@@ -124,8 +127,10 @@ class CudaSession:
     output epoch.
     """
 
-    def __init__(self, profile, cubin: str | Path | None = None, device: int = 0, timeout_s: float = 30.0):
+    def __init__(self, profile, cubin: str | Path | None = None, device: int = 0, timeout_s: float = 30.0,
+                 trace: bool = False):
         self.profile = profile
+        self.trace = bool(trace)
         self.meta = profile.meta
         self.timeout_s = float(timeout_s)
         self.sessions = int(self.meta["sessions"])
@@ -221,6 +226,8 @@ class CudaSession:
         alloc("input", 2 * self.input_half)
         alloc("output", 2 * self.output_half)
         alloc("counters", 4 * self.n_counters)
+        if self.trace:
+            alloc("trace", 8 * TRACE_WORDS * len(payloads))
 
         # Host flags and the output epoch: mapped pinned memory, separate 128-byte lines.
         self._flags_mem = _Pinned(256, mapped=True)
@@ -284,6 +291,7 @@ class CudaSession:
             ctypes.c_uint64(self._flags_mem.dptr + 128),
             ctypes.c_uint64(self.input_half),
             ctypes.c_uint64(self.output_half),
+            ctypes.c_uint64(d.get("trace", 0)),
         ]
         self._arg_values = values  # keep alive while the driver reads them
         self._arg_ptrs = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
@@ -295,6 +303,16 @@ class CudaSession:
             "cuLaunchCooperativeKernel",
         )
         self._launched = True
+
+    def read_trace(self) -> np.ndarray:
+        """The last finished beat's timeline, uint64 [payload rows, 3]: when each task began waiting, began
+        its body and ended it (GPU %globaltimer, ns). Needs ``trace=True``; read between beats."""
+        if not self.trace:
+            raise RuntimeBackendError("this CUDA session was opened without trace=True")
+        cu = driver()
+        out = np.zeros((len(self.profile.payloads), TRACE_WORDS), np.uint64)
+        check(cu.cuMemcpyDtoH(out.ctypes.data, self._dev["trace"], out.nbytes), "read trace")
+        return out
 
     # ---- beats ----------------------------------------------------------------------------------------
     def beat(self, frames: dict[str, np.ndarray], reset: np.ndarray | None = None) -> dict[str, np.ndarray]:
