@@ -32,18 +32,20 @@ def task_flops(rec, params) -> int:
 
 
 def phase_cost(records: np.ndarray, params_table: np.ndarray) -> tuple[int, int]:
-    """(FLOPs, bytes) of the tasks of one phase for one beat of the whole cohort."""
-    flops, nbytes = 0, 0
-    shared: dict[tuple[int, int], set] = {}
+    """(FLOPs, bytes) of the tasks of one phase for one beat of the whole cohort. An element two tiles
+    read (a matmul row split over output tiles) counts once: the op's traffic, whatever its tiling."""
+    flops = 0
+    touched: dict[tuple[int, int, int], list[np.ndarray]] = {}
     for rec in records:
         params = unpack_params(params_table, int(rec["params"]))
         flops += task_flops(rec, params)
-        sessions = int(rec["session_end"]) - int(rec["session_begin"])
+        sessions = np.arange(int(rec["session_begin"]), int(rec["session_end"]), dtype=np.int64)
         for k in [*range(int(rec["n_inputs"])), OUT]:
-            touched = footprint(params, k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
-            if int(rec["session_stride"][k]):
-                nbytes += 4 * len(touched) * sessions
-            else:
-                key = (operand_arena(rec, k), int(rec["offset"][k]))
-                shared.setdefault(key, set()).update(touched.tolist())
-    return flops, nbytes + 4 * sum(len(s) for s in shared.values())
+            elems = footprint(params, k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
+            stride = int(rec["session_stride"][k])
+            key = (operand_arena(rec, k), int(rec["offset"][k]), stride)
+            if stride:  # one row per session; shared operands count once for the cohort
+                elems = (sessions[:, None] * (1 << 32) + elems[None, :]).ravel()
+            touched.setdefault(key, []).append(elems)
+    nbytes = sum(4 * len(np.unique(np.concatenate(parts))) for parts in touched.values())
+    return flops, nbytes

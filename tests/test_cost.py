@@ -1,0 +1,95 @@
+"""The cost model (wavec/analysis/cost.py) against counts done by hand from the op's definition.
+
+FLOPs: a multiply-add is 2, any other arithmetic instruction 1. Bytes: every element an operand touches,
+once per session for per-session operands and once per phase for shared ones (weights).
+"""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.parser import Parser
+
+from wavec.driver import run_pipeline
+from wavec.emit import profile_from_module
+from wavec.registry import make_context
+from wavec.report import build_report
+
+SESSIONS = 4
+
+
+def phase_costs(body: str, workers: int = 3) -> dict[str, tuple[int, int]]:
+    module = Parser(make_context(), f"func.func @m() {{\n{body}\nfunc.return\n}}").parse_module()
+    run_pipeline(
+        module,
+        f"wave-cohort{{sessions={SESSIONS}}},wave-to-wpk{{workers={workers}}},wpk-schedule{{workers={workers}}},"
+        "wpk-arena,wpk-payload",
+    )
+    report = build_report(profile_from_module(module))
+    return {p["name"].split("_")[0]: (p["flops"], p["bytes"]) for p in report["phases"]}
+
+
+def test_matmul_reads_the_weight_once_per_cohort():
+    costs = phase_costs(
+        """
+        %x = wave.input "x" : tensor<1x128xf32>
+        %w = wave.weight "w" : tensor<128x512xf32>
+        %y = wave.matmul %x, %w : (tensor<1x128xf32>, tensor<128x512xf32>) -> tensor<1x512xf32>
+        wave.output "y", %y : tensor<1x512xf32>
+        """
+    )
+    flops, nbytes = costs["matmul"]
+    assert flops == SESSIONS * 2 * 128 * 512
+    assert nbytes == 4 * (SESSIONS * 128 + 128 * 512 + SESSIONS * 512)
+
+
+def test_conv_counts_taps_and_bias():
+    # Silero's first encoder layer: 129 channels in, 128 out, kernel 3, pad 1, 4 positions.
+    costs = phase_costs(
+        """
+        %x = wave.input "x" : tensor<129x4xf32>
+        %w = wave.weight "w" : tensor<128x129x3xf32>
+        %b = wave.weight "b" : tensor<128xf32>
+        %y = wave.conv %x, %w bias %b {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<129x4xf32>, tensor<128x129x3xf32>, tensor<128xf32> -> tensor<128x4xf32>
+        wave.output "y", %y : tensor<128x4xf32>
+        """
+    )
+    flops, nbytes = costs["conv"]
+    assert flops == SESSIONS * (128 * 4) * (2 * 129 * 3 + 1)
+    assert nbytes == 4 * (SESSIONS * 129 * 4 + 128 * 129 * 3 + 128 + SESSIONS * 128 * 4)
+
+
+def test_elementwise_counts_instructions_not_operands():
+    costs = phase_costs(
+        """
+        %x = wave.input "x" : tensor<4x8xf32>
+        %b = wave.weight "b" : tensor<8xf32>
+        %y = wave.ewise "sigmoid(add(%0, mul(%1, 2.0)))"(%x, %b) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+        wave.output "y", %y : tensor<4x8xf32>
+        """
+    )
+    flops, nbytes = costs["ewise"]
+    assert flops == SESSIONS * 32 * 3  # mul, add, sigmoid
+    assert nbytes == 4 * (SESSIONS * 32 + 8 + SESSIONS * 32)
+
+
+def test_reduce_and_copy():
+    costs = phase_costs(
+        """
+        %x = wave.input "x" : tensor<6x10xf32>
+        %m = wave.reduce "mean" %x {axes = array<i64: 1>, keepdims = false} : (tensor<6x10xf32>) -> tensor<6xf32>
+        wave.output "m", %m : tensor<6xf32>
+        """
+    )
+    assert costs["reduce"] == (SESSIONS * 6 * 10, 4 * (SESSIONS * 60 + SESSIONS * 6))
+    assert costs["output"] == (0, 4 * (SESSIONS * 6 * 2))
+
+
+@pytest.mark.parametrize("workers", [1, 3, 16])
+def test_costs_do_not_depend_on_tiling(workers):
+    body = """
+        %x = wave.input "x" : tensor<1x64xf32>
+        %w = wave.weight "w" : tensor<64x300xf32>
+        %y = wave.matmul %x, %w : (tensor<1x64xf32>, tensor<64x300xf32>) -> tensor<1x300xf32>
+        wave.output "y", %y : tensor<1x300xf32>
+        """
+    assert phase_costs(body, workers)["matmul"] == phase_costs(body, 1)["matmul"]
