@@ -72,11 +72,36 @@ def _corrupt(profile_dir, tmp_path, mutate) -> str:
 
 
 def test_verify_rejects_a_dropped_dependency(profile_dir, tmp_path, capsys):
-    def drop_wait(records):
-        waiting = np.flatnonzero(records["n_waits"] > 0)
-        records["n_waits"][waiting[len(waiting) // 2]] = 0
+    """Dropping a wait the data needs is caught; a wait the verifier lets go must be truly redundant:
+    the program gives the same outputs without it, whatever order the interpreter picks."""
+    import wavec
+    from wavec.errors import VerificationError
+    from wavec.verify import verify_profile
 
-    assert wavec_main(["verify", _corrupt(profile_dir, tmp_path, drop_wait)]) == 1
+    clean = wavec.compile(silero_vad_path(), sessions=4, bindings={"sr": 16000}, frames={"input": 576},
+                          states=[("state", "stateN")])
+    frames, reset = cohort_schedule(4, 2, seed=5)
+    expected = clean.run({"input": frames}, reset=reset)
+    waiting = np.flatnonzero(clean.payloads["n_waits"] > 0)
+    caught, caught_row = 0, None
+    for row in np.random.default_rng(0).choice(waiting, 12, replace=False):
+        bad = wavec.Profile(dict(clean.meta), clean.payloads.copy(), clean.params, clean.weights)
+        bad.payloads["n_waits"][row] = 0
+        try:
+            verify_profile(bad)
+        except VerificationError:
+            caught, caught_row = caught + 1, row
+            continue
+        for seed in range(3):
+            got = bad.run({"input": frames}, reset=reset, seed=seed)
+            assert all(np.array_equal(got[k], expected[k]) for k in expected), f"row {row}: accepted but wrong"
+    assert caught >= 4, f"only {caught} of 12 dropped waits were caught"
+
+    def drop_caught_wait(records):
+        records["n_waits"][caught_row] = 0
+
+    clean.save(tmp_path / "small.profile")
+    assert wavec_main(["verify", _corrupt(tmp_path / "small.profile", tmp_path, drop_caught_wait)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("wavec: error:") and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
@@ -117,3 +142,18 @@ def test_compile_rejects_a_bad_binding(capsys, tmp_path):
     assert wavec_main(["compile", str(silero_vad_path()), "--sessions", "2", "--bind", "sr", "-o", str(tmp_path / "p")]) == 1
     assert "--bind 'sr': expected NAME=VALUE" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("wavec.targets.cuda.runtime", fromlist=["gpu_available"]).gpu_available(),
+                    reason="no CUDA GPU with cuda-bindings here")
+def test_cuda_matches_onnxruntime(profile_dir):
+    import wavec
+
+    profile = wavec.load(profile_dir)
+    frames, reset = cohort_schedule(SESSIONS, 50, seed=12)
+    got = profile.run({"input": frames}, backend="cuda", reset=reset)
+    want = onnx_stateful_reference(silero_vad_path(), {"input": frames}, reset, states=[("state", "stateN")],
+                                   bindings={"sr": 16000}, cohort_axes=COHORT_AXES)
+    for name in ("output", "stateN"):
+        assert float(np.abs(got[name] - want[name]).max()) <= TOLERANCE, name

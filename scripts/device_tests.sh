@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (numpy, onnxruntime, cuda-bindings, nvcc; no xDSL, no registry): the GPU-marked
+# pytest cases that need no compiler (tests/test_cuda.py), then the Silero check on profiles compiled
+# elsewhere and carried in: scripts/device_tests.sh PROFILE_DIR...
+#   wavec compile silero_vad_16k_op15.onnx --sessions N --bind sr=16000 --frame input=576 \
+#         --state state=stateN -o .device/vad-N         (on a machine with xDSL)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 scripts/gpu_check.py --builtin 5 300 --beats 200 --warmup 20
+python3 scripts/silero_gpu.py "$@"
