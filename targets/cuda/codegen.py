@@ -528,6 +528,22 @@ __device__ void conv_body(const Payload& t, const long long* __restrict__ p, cha
       const float* px = x.at(s, (n * c_in + (o / og) * cg) * in_total);
       const float* pw = w.at(s, o * cg * k_total);
       unsigned j = g.lane;
+      if (nsp == 1) {
+        // 1-D (every streaming audio conv): walk (channel, tap) incrementally, no division per tap;
+        // consecutive lanes read consecutive weights.
+        const unsigned K = (unsigned)k_total, L = (unsigned)in_sp[0];
+        const long long dil = dilation[0];
+        unsigned c = j / K, k = j % K;
+        for (; j < taps; j += g.lanes) {
+          const long long pos = origin[0] + (long long)k * dil;
+          if (pos >= 0 && pos < (long long)L) acc0 = fmaf(px[(long long)c * L + pos], pw[j], acc0);
+          k += g.lanes;
+          if (k >= K) {
+            c += k / K;
+            k %= K;
+          }
+        }
+      }
       for (; j + g.lanes < taps; j += 2 * g.lanes) {
         acc0 += conv_tap(px, pw, j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
         acc1 += conv_tap(px, pw, j + g.lanes, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
