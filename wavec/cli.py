@@ -2,11 +2,12 @@
 
     wavec compile MODEL.onnx --sessions N [--hw h200] [--bind NAME=VALUE]... [--frame NAME=LEN]...
                   [--state IN=OUT]... [--pipeline SPEC] -o DIR
+    wavec import MODEL.onnx [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz
     wavec report DIR [--json]
     wavec verify DIR
     wavec payload-layout [--json]
-    wavec demo [--sessions N] [--backend interp|cuda]
+    wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
 
 Every user error prints one line `wavec: error: ...` and exits 1; no tracebacks.
 """
@@ -14,65 +15,210 @@ Every user error prints one line `wavec: error: ...` and exits 1; no tracebacks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from wavec.errors import WavecError
 
 
-def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
-    pairs = []
+def _pairs(values: list[str], flag: str, metavar: str = "NAME=VALUE") -> list[tuple[str, str]]:
+    """``NAME=VALUE`` flags as pairs; a repeated name must repeat the same value."""
+    pairs: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
     for v in values:
         name, sep, rest = v.partition("=")
+        name, rest = name.strip(), rest.strip()
         if not sep or not name or not rest:
-            raise WavecError(f"{flag} {v!r}: expected NAME=VALUE")
+            raise WavecError(f"{flag} {v!r}: expected {metavar}")
+        if name in seen:
+            if seen[name] != rest:
+                raise WavecError(f"{flag} {name}: given twice with different values ({seen[name]!r} and {rest!r}); give it once")
+            continue
+        seen[name] = rest
         pairs.append((name, rest))
     return pairs
 
 
-def _number(text: str, flag: str) -> float:
+def _number(text: str, flag: str, name: str) -> float:
     try:
         value = float(text)
     except ValueError as e:
-        raise WavecError(f"{flag}: {text!r} is not a number") from e
+        raise WavecError(f"{flag} {name}={text}: {text!r} is not a number") from e
+    if not math.isfinite(value):
+        raise WavecError(f"{flag} {name}={text}: the value must be finite")
     return int(value) if value.is_integer() else value
+
+
+def _frame(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise WavecError(f"--frame {name}={text}: {text!r} is not a whole number; give a frame length >= 1") from e
+    if value < 1:
+        raise WavecError(f"--frame {name}={text}: a frame length must be >= 1")
+    return value
+
+
+def _frontend_options(args) -> dict:
+    bindings = {k: _number(v, "--bind", k) for k, v in _pairs(args.bind, "--bind")}
+    frames = {k: _frame(v, k) for k, v in _pairs(args.frame, "--frame", "NAME=LEN")}
+    states = _pairs(args.state, "--state", "IN=OUT")
+    outs = [out for _, out in states]
+    for out in outs:
+        if outs.count(out) > 1:
+            raise WavecError(f"--state: output {out!r} is paired with two state inputs; pair each output once")
+    return {"bindings": bindings, "frames": frames, "states": states}
+
+
+def _check_model(path: str) -> None:
+    if not path.strip():
+        raise WavecError("empty model path; give the .onnx file to compile")
+    p = Path(path)
+    if p.is_dir():
+        raise WavecError(f"{path}: is a directory; give the .onnx model file")
+    if not p.exists():
+        raise WavecError(f"{path}: no such model file")
+    if not p.is_file():
+        raise WavecError(f"{path}: not a regular file; give the .onnx model file")
+
+
+def _check_output_file(path: str, flag: str = "-o") -> Path:
+    """The target of an output file, checked before any work: not empty, not a directory, in an
+    existing directory."""
+    if not path.strip():
+        raise WavecError(f"{flag}: empty output path; name the file to write")
+    target = Path(path)
+    if target.is_dir():
+        raise WavecError(f"{flag} {path}: is a directory; name a file to write")
+    parent = target.parent
+    if not parent.is_dir():
+        what = "does not exist" if not parent.exists() else "is not a directory"
+        raise WavecError(f"{flag} {path}: the folder {str(parent)!r} {what}; create it or choose another path")
+    return target
+
+
+def write_atomically(path: Path, write, binary: bool = True) -> Path:
+    """Calls ``write(handle)`` on a temporary sibling of ``path``, then renames it over ``path``: the
+    file is either wholly written or untouched. Raises WavecError for an unwritable target."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise WavecError(f"{path}: cannot write ({e.strerror or type(e).__name__}); choose a writable path") from e
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def cmd_compile(args) -> int:
     from wavec.driver import compile as compile_model
 
-    bindings = {k: _number(v, "--bind") for k, v in _pairs(args.bind, "--bind")}
-    frames = {k: int(_number(v, "--frame")) for k, v in _pairs(args.frame, "--frame")}
-    states = _pairs(args.state, "--state")
-    if not Path(args.model).is_file():
-        raise WavecError(f"{args.model}: no such model file")
-    profile = compile_model(
-        args.model, sessions=args.sessions, hw=args.hw, bindings=bindings, frames=frames, states=states,
-        pipeline=args.pipeline,
-    )
+    options = _frontend_options(args)
+    _check_model(args.model)
+    if not args.output.strip():
+        raise WavecError("-o: empty output path; name the profile directory to write, e.g. -o vad.profile")
+    from wavec.profile import check_save_target
+
+    check_save_target(Path(args.output), "profile")  # before compiling: fail fast on a target we would refuse
+    profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline, **options)
     out = profile.save(args.output)
     print(f"wrote {out}: {len(profile.payloads)} tasks, {len(profile.meta['phases'])} phases, "
           f"{profile.sessions} sessions")
     return 0
 
 
+def cmd_import(args) -> int:
+    from wavec.frontends.onnx import import_onnx
+
+    options = _frontend_options(args)
+    _check_model(args.model)
+    target = _check_output_file(args.output) if args.output is not None else None
+    graph = import_onnx(args.model, **options)
+    n_weights = len(graph.weights)
+    n_bytes = sum(int(w.size) * 4 for w in graph.weights.values())
+    header = (
+        f"// wave IR of {Path(args.model).name} (wavec import): one session, one beat. Weights are not included: "
+        f"the {n_weights} wave.weight ops ({n_bytes:,} bytes) name them only; compile the .onnx to get a runnable profile.\n"
+    )
+    text = header + str(graph.module) + "\n"
+    if target is None:
+        sys.stdout.write(text)
+    else:
+        write_atomically(target, lambda f: f.write(text), binary=False)
+        print(f"wrote {target}: wave IR of {Path(args.model).name} ({n_weights} weights not included)", file=sys.stderr)
+    return 0
+
+
+def _read_inputs(path: str) -> dict:
+    import zipfile
+
+    import numpy as np
+
+    p = Path(path)
+    if not path.strip():
+        raise WavecError("--inputs: empty path; give the .npz of inputs")
+    if p.is_dir():
+        raise WavecError(f"{path}: is a directory; --inputs takes an .npz file")
+    if not p.is_file():
+        raise WavecError(f"{path}: no such inputs file")
+    fix = "write it with numpy.savez(path, input=frames[, reset=flags])"
+    try:
+        data = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise WavecError(f"{path}: not a readable .npz archive ({' '.join(str(e).split()) or type(e).__name__}); {fix}") from e
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise WavecError(f"{path}: holds a single array, not an .npz archive of named arrays; {fix}")
+    arrays = {}
+    with data:
+        for k in data.files:
+            try:
+                arrays[k] = data[k]
+            except ValueError as e:
+                if "allow_pickle" in str(e):
+                    raise WavecError(f"{path}: array {k!r} holds Python objects; inputs must be float arrays") from e
+                raise WavecError(f"{path}: array {k!r} cannot be read ({' '.join(str(e).split())}); {fix}") from e
+            except (OSError, EOFError, zipfile.BadZipFile, KeyError) as e:
+                raise WavecError(f"{path}: array {k!r} cannot be read, the file is damaged or truncated ({type(e).__name__}); {fix}") from e
+    return arrays
+
+
 def cmd_run(args) -> int:
     import numpy as np
 
-    from wavec.profile import load
+    from wavec.errors import RuntimeBackendError
+    from wavec.profile import check_inputs, load
 
     profile = load(args.profile)
-    if not Path(args.inputs).is_file():
-        raise WavecError(f"{args.inputs}: no such inputs file")
-    with np.load(args.inputs) as data:
-        arrays = {k: data[k] for k in data.files}
+    target = _check_output_file(args.output)
+    arrays = _read_inputs(args.inputs)
     reset = arrays.pop("reset", None)
+    try:
+        check_inputs(profile, arrays, reset)
+    except RuntimeBackendError as e:
+        raise RuntimeBackendError(f"{args.inputs}: {e}") from e
     outputs = profile.run(arrays, backend=args.backend, reset=reset)
-    np.savez(args.output, **outputs)
+    write_atomically(target, lambda f: np.savez(f, **outputs))
     beats = next(iter(outputs.values())).shape[0] if outputs else 0
-    print(f"wrote {args.output}: {', '.join(outputs)} for {beats} beats x {profile.sessions} sessions ({args.backend})")
+    print(f"wrote {target}: {', '.join(outputs)} for {beats} beats x {profile.sessions} sessions ({args.backend})")
     return 0
 
 
@@ -81,7 +227,7 @@ def cmd_report(args) -> int:
     from wavec.report import build_report, format_report
 
     profile = load(args.profile)
-    report = profile.report or build_report(profile)
+    report = build_report(profile)  # always from the payloads: a stale report.json cannot mislead
     print(json.dumps(report, indent=1) if args.json else format_report(report))
     return 0
 
@@ -128,6 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="profile directory to write")
     p.set_defaults(func=cmd_compile)
 
+    p = sub.add_parser("import", help="print the frontend's wave IR of an ONNX model (for wavec-opt; weights not included)")
+    p.add_argument("model")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help="fold a scalar input to a constant")
+    p.add_argument("--frame", action="append", default=[], metavar="NAME=LEN", help="frame length of an input's symbolic dim")
+    p.add_argument("--state", action="append", default=[], metavar="IN=OUT", help="pair a state input with its output")
+    p.add_argument("-o", "--output", help=".mlir file to write (default: standard output)")
+    p.set_defaults(func=cmd_import)
+
     p = sub.add_parser("run", help="run beats of a profile")
     p.add_argument("profile")
     p.add_argument("--backend", choices=("interp", "cuda"), default="interp")
@@ -160,12 +314,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
     except WavecError as e:
-        print(f"wavec: error: {e}", file=sys.stderr)
+        print(f"wavec: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `wavec report ... | head`: the reader left; stop quietly
+        quiet_broken_pipe()
+        return 0
     except KeyboardInterrupt:
         return 130
+
+
+def quiet_broken_pipe() -> None:
+    """After a BrokenPipeError on stdout: point stdout at /dev/null so the interpreter's final flush
+    does not complain again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

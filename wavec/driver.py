@@ -22,24 +22,97 @@ from wavec.registry import get_all_passes, make_context
 def default_pipeline(sessions: int, workers: int) -> str:
     return (
         f"wave-fuse,wave-cohort{{sessions={sessions}}},wave-to-wpk{{workers={workers}}},"
-        f"wpk-schedule{{workers={workers}}},wpk-arena,wpk-payload,wpk-verify"
+        f"wpk-arena,wpk-schedule{{workers={workers}}},wpk-payload,wpk-verify"
     )
+
+
+# The passes a pipeline needs for a runnable profile, in order (wave-fuse and wpk-verify are the
+# optimization and the proof: a pipeline may leave them out, `wavec verify` checks the profile later).
+# wpk-arena runs before wpk-schedule: the schedule's dependencies come from the placed byte footprints.
+REQUIRED_PASSES = ("wave-cohort", "wave-to-wpk", "wpk-arena", "wpk-schedule", "wpk-payload")
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
+
+
+def parse_pipeline(spec: str) -> PassPipeline:
+    """Parses a wavec-opt pipeline spec. Raises WavecError (one line) for a malformed spec, an unknown
+    pass or a bad pass option."""
+    if not spec.strip():
+        raise WavecError(f"--pipeline {spec!r}: empty pipeline; give passes as in wavec-opt -p, or leave --pipeline out")
+    try:
+        return PassPipeline.parse_spec(get_all_passes(), spec)
+    except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        # xDSL's spec errors carry a caret excerpt; keep the message and the position.
+        message = lines[-1].strip() if len(lines) > 1 else _one_line(e)
+        where = next((ln.strip() for ln in lines if ln.startswith("pass-pipeline:")), "")
+        at = f" (at {where.removeprefix('pass-pipeline:')})" if where else ""
+        raise WavecError(f"--pipeline {spec!r}: {message}{at}; see `wavec-opt --list-passes`") from e
 
 
 def run_pipeline(module, spec: str) -> None:
     """Applies a pipeline in process. Raises WavecError naming the pass that failed and why."""
     ctx = make_context()
-    try:
-        pipeline = PassPipeline.parse_spec(get_all_passes(), spec)
-    except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
-        raise WavecError(f"pipeline {spec!r}: {e}") from e
+    pipeline = parse_pipeline(spec)
     try:
         pipeline.apply(ctx, module)
         module.verify()
     except DiagnosticException as e:
         raise WavecError(str(e).strip().splitlines()[0] if str(e).strip() else repr(e)) from e
+    except WavecError:
+        raise
+    except Exception as e:  # noqa: BLE001  (a pass run out of order trips over missing attributes)
+        raise WavecError(
+            f"pipeline {spec!r} failed ({type(e).__name__}: {_one_line(e)}); passes must run in the default order: "
+            f"{', '.join(['wave-fuse', *REQUIRED_PASSES, 'wpk-verify'])}"
+        ) from e
+
+
+def check_pipeline_sessions(spec: str, sessions: int) -> None:
+    """A pipeline's wave-cohort{sessions=K} must agree with --sessions."""
+    for p in parse_pipeline(spec).passes:
+        k = getattr(p, "sessions", None)
+        if p.name == "wave-cohort" and k is not None and int(k) != sessions:
+            raise WavecError(
+                f"--pipeline: wave-cohort{{sessions={k}}} disagrees with --sessions {sessions}; make them the same"
+            )
+
+
+def check_complete(module, spec: str) -> None:
+    """The pipeline must have produced a complete program: cohort, schedule, arenas and payloads.
+    Raises WavecError naming the missing passes."""
+    from wavec.dialects import wave
+    from wavec.passes.wpk_payload import tasks_of
+
+    named = {p.name for p in parse_pipeline(spec).passes}
+    missing = [p for p in REQUIRED_PASSES if p not in named]
+    attrs = ("wpk.workers", "wpk.counters", "wpk.arena_bytes", "wpk.act_lower_bound")
+    try:
+        tasks = tasks_of(module)
+    except Exception:  # noqa: BLE001  (no wpk program at all)
+        tasks = None
+    complete = (
+        wave.cohort_size(module) is not None
+        and all(a in module.attributes for a in attrs)
+        and tasks is not None
+        and all(t.payload is not None for t in tasks)
+    )
+    if complete:
+        return
+    if missing:
+        raise WavecError(
+            f"--pipeline {spec!r} does not produce a complete program: missing {', '.join(missing)}; "
+            f"the default pipeline is {default_pipeline(1, 1).replace('=1', '=N')!r}"
+        )
+    raise WavecError(
+        f"--pipeline {spec!r} does not produce a complete program (no payloads after it); "
+        f"run the passes in the default order: {', '.join(['wave-fuse', *REQUIRED_PASSES, 'wpk-verify'])}"
+    )
 
 
 def compile(  # noqa: A001 - the public verb of the package
@@ -64,11 +137,14 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
     """Runs the pass pipeline on an imported graph (wavec.frontends.onnx.ImportedGraph or any object with
     `module`, `weights`, `name` and `bindings`) and emits the profile. ``workers`` overrides the target's
     SM count (tests use a few workers to keep profiles small)."""
-    if sessions < 1:
-        raise WavecError(f"--sessions must be >= 1, got {sessions}")
+    if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
+        raise WavecError(f"--sessions must be a whole number >= 1, got {sessions!r}")
     target = load_hw(hw)
-    spec = pipeline or default_pipeline(sessions, workers or int(target["sm_count"]))
+    spec = pipeline if pipeline is not None else default_pipeline(sessions, workers or int(target["sm_count"]))
+    if pipeline is not None:
+        check_pipeline_sessions(spec, sessions)
     run_pipeline(graph.module, spec)
+    check_complete(graph.module, spec)
     return finish_profile(graph.module, graph.weights, graph.name, target["name"], graph.bindings)
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -26,14 +27,50 @@ def load_hw(name_or_path: str) -> dict:
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise WavecError(f"--hw {name_or_path}: no such file")
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise WavecError(f"--hw {name_or_path}: cannot read the file ({type(e).__name__})") from e
     else:
         candidate = resources.files("wavec.targets") / "hw" / f"{name_or_path}.yaml"
         if not candidate.is_file():
             raise WavecError(f"--hw {name_or_path}: unknown target; known: {', '.join(known_targets())}, or give a .yaml path")
         text = candidate.read_text()
-    hw = yaml.safe_load(text)
-    missing = [k for k in REQUIRED if k not in (hw or {})]
+    where = f"--hw {name_or_path}"
+    try:
+        hw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise WavecError(f"{where}: not valid YAML ({problem}{at}); fix the file") from e
+    if not isinstance(hw, dict):
+        raise WavecError(f"{where}: expected a YAML mapping of {', '.join(REQUIRED)}, got {type(hw).__name__}")
+    missing = [k for k in REQUIRED if k not in hw]
     if missing:
-        raise WavecError(f"--hw {name_or_path}: missing {', '.join(missing)}")
+        raise WavecError(f"{where}: missing {', '.join(missing)}")
+    sm = hw["sm_count"]
+    if isinstance(sm, bool) or not isinstance(sm, int) or sm < 1:
+        raise WavecError(f"{where}: sm_count is {sm!r}; it must be a whole number >= 1")
+    if not isinstance(hw["name"], str) or not hw["name"]:
+        raise WavecError(f"{where}: name is {hw['name']!r}; it must be a non-empty string")
+    bw = hw["hbm_bandwidth_bytes_per_s"]
+    if not _positive(bw):
+        raise WavecError(f"{where}: hbm_bandwidth_bytes_per_s is {bw!r}; it must be a positive number")
+    peak = hw["peak_flops_per_s"]
+    fp32 = peak.get("fp32") if isinstance(peak, dict) else None
+    if not _positive(fp32):
+        raise WavecError(f"{where}: peak_flops_per_s.fp32 is {fp32!r}; it must be a positive number")
     return hw
+
+
+def _positive(v) -> bool:
+    """A positive finite number; YAML 1.1 reads 4.8e12 (no exponent sign) as a string, so digits in a
+    string count too."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return False
+    try:
+        x = float(v)
+    except ValueError:
+        return False
+    return math.isfinite(x) and x > 0

@@ -6,16 +6,22 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import warnings
 from collections.abc import Sequence
 
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from wavec.registry import get_all_dialects, get_all_passes
 
 
 class WavecOptMain(xDSLOptMain):
+    """xdsl-opt with wavec's dialects and passes. Errors (a parse error, an unknown pass, a bad pass
+    option, a pass failure, a missing input file) print ``wavec-opt: error: <message>`` and exit 1;
+    ``--verify-diagnostics`` and ``--parsing-diagnostics`` keep xDSL's behaviour (print, exit 0)."""
+
     version_format = "wavec-opt (xdsl {xdsl_version})"
 
     def __init__(self, args: Sequence[str] | None = None):
@@ -31,6 +37,76 @@ class WavecOptMain(xDSLOptMain):
         super().register_all_passes()
         for name, factory in get_all_passes().items():
             self.register_pass(name, factory)
+
+    def register_all_arguments(self, arg_parser):
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--list-passes", action="store_true", default=False,
+            help="print each wavec pass with its summary and options, then exit",
+        )
+
+    def setup_pipeline(self):
+        if getattr(self.args, "list_passes", False):
+            return  # nothing runs: a -p given alongside is not parsed
+        super().setup_pipeline()
+
+    def prepare_output(self):
+        """-o FILE: the output is kept in memory and written (atomically) only when the run succeeds,
+        so a failure leaves no half-written file."""
+        if self.args.output_file is None:
+            return sys.stdout
+        return _Buffer()
+
+    def run(self):
+        if self.args.list_passes:
+            print(describe_passes())
+            return
+        if self.args.output_file is not None and not self.args.output_file.strip():
+            raise ValueError("-o: empty output path; name the file to write")
+        _Buffer.last = None
+        super().run()
+        if self.args.output_file is not None and _Buffer.last is not None:
+            from pathlib import Path
+
+            from wavec.cli import write_atomically
+            from wavec.errors import WavecError
+
+            text = _Buffer.last
+            try:
+                write_atomically(Path(self.args.output_file), lambda f: f.write(text), binary=False)
+            except WavecError as e:
+                raise ValueError(str(e)) from e
+
+
+class _Buffer(io.StringIO):
+    """An output stream that remembers its text when xDSL closes it."""
+
+    last: str | None = None
+
+    def close(self):
+        _Buffer.last = self.getvalue()
+        super().close()
+
+
+ERRORS = (DiagnosticException, ParseError, ValueError, ArgSpecParseError, OSError)
+
+
+def format_error(e: BaseException) -> str:
+    """``wavec-opt: error: <message>``: the first line carries the message (a parse error's location
+    first); a parse error's source excerpt follows, as mlir-opt prints it."""
+    if isinstance(e, OSError):
+        return f"wavec-opt: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}"
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return f"wavec-opt: error: {type(e).__name__}"
+    if isinstance(e, ParseError) and len(lines) >= 3:
+        where, excerpt, message = lines[0], lines[1:-1], lines[-1].strip()
+        return "\n".join([f"wavec-opt: error: {where}: {message}", *excerpt])
+    if isinstance(e, ArgSpecParseError) and len(lines) >= 2:
+        message = lines[-1].strip()
+        where = next((ln.removeprefix("pass-pipeline:") for ln in lines if ln.startswith("pass-pipeline:")), "")
+        return f"wavec-opt: error: pass pipeline: {message}" + (f" (at {where})" if where else "")
+    return f"wavec-opt: error: {lines[0].strip()}"
 
 
 def describe_passes() -> str:
@@ -49,14 +125,25 @@ def describe_passes() -> str:
     return "\n".join(lines)
 
 
-def main(args: Sequence[str] | None = None) -> None:
+def main(args: Sequence[str] | None = None) -> int:
+    """The console script; returns the exit status (0, or 1 after printing the error)."""
     warnings.filterwarnings("default", category=DeprecationWarning)
     argv = list(sys.argv[1:] if args is None else args)
-    if "--list-passes" in argv:
-        print(describe_passes())
-        return
-    WavecOptMain(args=argv).run()
+    try:
+        WavecOptMain(args=argv).run()
+        sys.stdout.flush()
+    except ERRORS as e:
+        print(format_error(e), file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        from wavec.cli import quiet_broken_pipe
+
+        quiet_broken_pipe()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -27,7 +27,7 @@ from wavec.errors import UnsupportedModelError
 from wavec.frontends.onnx import ops_elementwise, ops_nn, ops_reduce, ops_rnn, ops_shape  # noqa: F401 (fill LOWERINGS)
 from wavec.frontends.onnx.builder import Builder, Static, Value, shape
 from wavec.frontends.onnx.fold import NOT_FOLDABLE, fold_node, static_shape_op
-from wavec.frontends.onnx.lowering import LOWERINGS, LowerCtx, node_error
+from wavec.frontends.onnx.lowering import LOWERINGS, STATIC_ONLY, LowerCtx, node_error
 from wavec.frontends.onnx.signature import output_cohort_axis, session_signature
 
 # Ops that only describe training or layout and pass their (first) input through at inference.
@@ -89,31 +89,45 @@ class _Importer:
             inputs.append(value)
         present = [v for v in inputs if v is not None]
         op = node.op_type
-        self.b.where = node.name or node.output[0]
+        self.b.where = node.name or (node.output[0] if node.output else op)
+        try:
+            outputs = self.lower(node, inputs, present, scope)
+        except UnsupportedModelError:
+            raise
+        except Exception as e:  # noqa: BLE001  (an assumption of a lowering broke: name the node)
+            raise self.error(
+                node,
+                f"cannot lower this node ({type(e).__name__}: {e})",
+                "Check its input shapes (--frame, --bind) against what the op allows, or report it with the model",
+            ) from e
 
+        for name, value in zip(node.output, outputs):
+            if name:
+                scope.values[name] = value
+
+    def lower(self, node: onnx.NodeProto, inputs: list[Value | None], present: list[Value], scope: Scope) -> list[Value | None]:
+        op = node.op_type
         if op == "If":
-            outputs = self.inline_if(node, inputs[0], scope)
-        elif op in ALIASES:
-            outputs = [inputs[0]]
-        elif op in ("Shape", "Size") and inputs[0] is not None:
-            outputs = [Static(static_shape_op(node, shape(inputs[0])))]
-        elif all(isinstance(v, Static) for v in present) and op not in NOT_FOLDABLE:
+            return self.inline_if(node, inputs[0], scope)
+        if op in ALIASES:
+            return [inputs[0]]
+        if op in ("Shape", "Size") and inputs[0] is not None:
+            return [Static(static_shape_op(node, shape(inputs[0])))]
+        if all(isinstance(v, Static) for v in present) and op not in NOT_FOLDABLE:
             try:
                 folded = fold_node(node, [v.array if isinstance(v, Static) else None for v in inputs], self.opset)
             except Exception as e:  # noqa: BLE001  (the reference evaluator raises many types)
                 raise self.error(node, f"constant folding failed ({type(e).__name__}: {e})") from e
-            outputs = [Static(a) if a is not None else None for a in folded]
-        elif op in LOWERINGS:
-            outputs = list(LOWERINGS[op](LowerCtx(node, self.opset, self.file, self.b), inputs))
-        else:
-            raise self.error(
-                node,
-                "this op is not supported on runtime tensors",
-                f"Supported runtime ops: {', '.join(sorted(LOWERINGS))}; anything over constants folds",
-            )
-        for name, value in zip(node.output, outputs):
-            if name:
-                scope.values[name] = value
+            return [Static(a) if a is not None else None for a in folded]
+        if op in LOWERINGS:  # (a STATIC_ONLY op's lowering says why it cannot run and what to do)
+            return list(LOWERINGS[op](LowerCtx(node, self.opset, self.file, self.b), inputs))
+        runtime = sorted(set(LOWERINGS) - STATIC_ONLY)
+        raise self.error(
+            node,
+            "this op is not supported on runtime tensors",
+            f"Supported runtime ops: {', '.join(runtime)}. Folded when static (over constants only): "
+            f"{', '.join(sorted(STATIC_ONLY))}, and any other op whose inputs are all constants",
+        )
 
     def inline_if(self, node: onnx.NodeProto, cond: Value | None, scope: Scope) -> list[Value | None]:
         if not isinstance(cond, Static):
@@ -130,11 +144,36 @@ class _Importer:
 
 
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str, str]:
+    """The model proto, its file name for messages, and its name. Raises UnsupportedModelError for a
+    path that is not a readable ONNX model."""
     if isinstance(model, onnx.ModelProto):
         name = model.graph.name or "model"
         return model, f"{name}.onnx", name
     path = Path(model)
-    return onnx.load(str(path)), path.name, path.stem
+    if str(model).strip() == "":
+        raise UnsupportedModelError("empty model path; give the .onnx file")
+    if path.is_dir():
+        raise UnsupportedModelError(f"{path}: is a directory; give the .onnx model file")
+    if not path.is_file():
+        raise UnsupportedModelError(f"{path}: no such model file")
+    fix = "export it again (torch.onnx.export) or check the download"
+    if path.stat().st_size == 0:
+        raise UnsupportedModelError(f"{path}: not a valid ONNX model (the file is empty); {fix}")
+    try:
+        proto = onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001  (protobuf decode errors, missing external data, ...)
+        reason = " ".join(f"{type(e).__name__}: {e}".split())
+        raise UnsupportedModelError(f"{path}: not a valid ONNX model ({reason[:200]}); {fix}") from e
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise UnsupportedModelError(f"{path}: not a valid ONNX model (no graph or IR version); {fix}")
+    return proto, path.name, path.stem
+
+
+def _check_graph(graph: onnx.GraphProto, file: str) -> None:
+    if not graph.output:
+        raise UnsupportedModelError(f"{file}: the graph has no outputs; there is nothing to compute. Export the model with its outputs")
+    if not graph.node:
+        raise UnsupportedModelError(f"{file}: the graph has no nodes; there is nothing to compile. Export the model with its computation")
 
 
 def _drop_dead_ops(block: Block, weights: dict[str, np.ndarray]) -> None:
@@ -161,6 +200,7 @@ def import_onnx(
     the extent of symbolic non-cohort dims (``{"input": 576}``); ``states`` pairs a state input with
     the output holding its next value (``[("state", "stateN")]``). Raises UnsupportedModelError."""
     proto, file, name = _load(model)
+    _check_graph(proto.graph, file)
     sig = session_signature(proto.graph, file, bindings, frames, states)
     imp = _Importer(proto, file)
     b, top = imp.b, Scope()

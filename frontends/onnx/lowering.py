@@ -22,6 +22,15 @@ from wavec.frontends.onnx.builder import Builder, Static, Value, shape
 
 Lowering = Callable[["LowerCtx", list[Value | None]], Sequence[Value | None]]
 LOWERINGS: dict[str, Lowering] = {}
+# Ops registered only to explain themselves: they fold over constants (shape arithmetic) but have no
+# runtime form (comparisons and logic: runtime tensors are float32). Listed apart in error messages.
+STATIC_ONLY: set[str] = set()
+
+
+def static_only(*op_types: str) -> Callable[[Lowering], Lowering]:
+    """Registers a lowering that rejects the op on runtime tensors (it only folds when static)."""
+    STATIC_ONLY.update(op_types)
+    return lowering(*op_types)
 
 
 def lowering(*op_types: str) -> Callable[[Lowering], Lowering]:
@@ -86,4 +95,4 @@ class LowerCtx:
         return a % rank if rank else 0
 
 
-__all__ = ["LOWERINGS", "LowerCtx", "Static", "Value", "lowering", "node_error", "shape"]
+__all__ = ["LOWERINGS", "STATIC_ONLY", "LowerCtx", "Static", "Value", "lowering", "node_error", "shape", "static_only"]

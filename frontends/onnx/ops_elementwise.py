@@ -12,7 +12,7 @@ import numpy as np
 from onnx import TensorProto
 
 from wavec.frontends.onnx.builder import const_literal
-from wavec.frontends.onnx.lowering import LowerCtx, Static, Value, lowering
+from wavec.frontends.onnx.lowering import LowerCtx, Static, Value, lowering, static_only
 
 UNARY_TEMPLATES = {
     "Neg": "neg(%0)",
@@ -135,7 +135,7 @@ def lower_cast(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
     return [x]
 
 
-@lowering(*COMPARISONS)
+@static_only(*COMPARISONS)
 def lower_comparison(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
     ctx.fail("comparison or logic on runtime tensors is not supported; only static shape arithmetic folds",
              "Export the model with static shapes, or bind the inputs the comparison depends on")

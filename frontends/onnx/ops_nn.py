@@ -79,7 +79,16 @@ def lower_conv(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
         ctx.fail(f"kernel_shape {list(kernel)} disagrees with the weight shape {list(sw)}")
     strides = list(ctx.attr("strides") or [1] * nsp)
     dilations = list(ctx.attr("dilations") or [1] * nsp)
-    pads = conv_pads(ctx, shape(x)[-nsp:], sw[2:], strides, dilations)
+    in_sp = shape(x)[-nsp:]
+    pads = conv_pads(ctx, in_sp, sw[2:], strides, dilations)
+    for i in range(nsp):
+        padded = in_sp[i] + pads[i] + pads[nsp + i]
+        span = (sw[2 + i] - 1) * dilations[i] + 1
+        if padded < span:
+            ctx.fail(
+                f"spatial axis {i} of the input is {in_sp[i]} ({padded} padded), shorter than the dilated kernel ({span})",
+                "Give a longer frame (--frame NAME=LEN) so every window fits",
+            )
     return [ctx.b.conv(x, w, bias, strides, pads, dilations, int(ctx.attr("group", 1)))]
 
 

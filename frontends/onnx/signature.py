@@ -50,6 +50,42 @@ def _elem_name(vi: onnx.ValueInfoProto) -> str:
     return helper.tensor_dtype_to_string(vi.type.tensor_type.elem_type).removeprefix("TensorProto.").lower()
 
 
+def _bound_value(vi: onnx.ValueInfoProto, value, file: str) -> np.ndarray:
+    """The constant a --bind folds in: a scalar (every declared dim 1 or symbolic) of the input's dtype."""
+    name = vi.name
+    dims = _dims(vi)
+    if any(d != 1 for d in dims):
+        shown = "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
+        raise UnsupportedModelError(
+            f"{file}: --bind {name}={value}: input {name!r} has shape {shown}, not a scalar; only scalar inputs "
+            "(shape [] or all 1s) can be bound. Feed it as a runtime input instead"
+        )
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    except Exception as e:  # noqa: BLE001  (undefined or exotic element types)
+        raise UnsupportedModelError(f"{file}: --bind {name}={value}: input {name!r} has an element type that cannot be bound") from e
+    if dtype.kind not in "biuf":
+        raise UnsupportedModelError(f"{file}: --bind {name}={value}: input {name!r} is {_elem_name(vi)}; only numeric scalars can be bound")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as e:
+        raise UnsupportedModelError(f"{file}: --bind {name}={value!r}: the value is not a number") from e
+    if dtype.kind in "iub":
+        if not number.is_integer():
+            raise UnsupportedModelError(
+                f"{file}: --bind {name}={value}: input {name!r} is {_elem_name(vi)}; give a whole number"
+            )
+        info = np.iinfo(dtype) if dtype.kind != "b" else None
+        if dtype.kind == "b" and number not in (0.0, 1.0):
+            raise UnsupportedModelError(f"{file}: --bind {name}={value}: input {name!r} is bool; give 0 or 1")
+        if info is not None and not info.min <= int(number) <= info.max:
+            raise UnsupportedModelError(
+                f"{file}: --bind {name}={value}: out of range for {_elem_name(vi)} ({info.min}..{info.max})"
+            )
+        number = int(number)
+    return np.full([1] * len(dims), number, dtype=dtype)
+
+
 def session_signature(
     graph: onnx.GraphProto,
     file: str,
@@ -64,25 +100,46 @@ def session_signature(
     by_name = {vi.name: vi for vi in inputs}
     state_of = dict(states)
     outputs = {vi.name for vi in graph.output}
-    for name in [*bindings, *state_of]:
+    for name in bindings:
         if name not in by_name:
-            raise UnsupportedModelError(f"{file}: binding or state {name!r} is not a graph input; inputs are {sorted(by_name)}")
+            raise UnsupportedModelError(
+                f"{file}: --bind {name}: {name!r} is not a graph input; inputs are {sorted(by_name)}"
+            )
+    for name in state_of:
+        if name not in by_name:
+            raise UnsupportedModelError(
+                f"{file}: --state {name}=...: {name!r} is not a graph input; inputs are {sorted(by_name)}"
+            )
+    for name in state_of:
+        if name in bindings:
+            raise UnsupportedModelError(f"{file}: input {name!r} is both bound (--bind) and a state (--state); choose one")
     for src, dst in states:
         if dst not in outputs:
-            raise UnsupportedModelError(f"{file}: state {src!r} pairs with {dst!r}, which is not a graph output; outputs are {sorted(outputs)}")
+            raise UnsupportedModelError(
+                f"{file}: --state {src}={dst}: {dst!r} is not a graph output; outputs are {sorted(outputs)}"
+            )
+    dim_names = sorted({d for vi in inputs for d in _dims(vi) if isinstance(d, str)})
+    for name, extent in frames.items():
+        if name not in by_name and name not in dim_names:
+            raise UnsupportedModelError(
+                f"{file}: --frame {name}={extent}: {name!r} names neither a graph input nor a symbolic dim; "
+                f"inputs are {sorted(by_name)}, symbolic dims {dim_names}"
+            )
+        if isinstance(extent, bool) or int(extent) != extent or int(extent) < 1:
+            raise UnsupportedModelError(f"{file}: --frame {name}={extent}: a frame length must be a whole number >= 1")
+        if name in bindings:
+            raise UnsupportedModelError(f"{file}: input {name!r} is both bound (--bind) and framed (--frame); choose one")
     sig = Signature()
     for name, value in bindings.items():
-        vi = by_name[name]
-        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        shape = [d if isinstance(d, int) else 1 for d in _dims(vi)]
-        sig.bound[name] = np.full(shape, value, dtype=dtype)
+        sig.bound[name] = _bound_value(by_name[name], value, file)
 
     runtime = [vi for vi in inputs if vi.name not in bindings]
     for vi in runtime:
         if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
             raise UnsupportedModelError(
                 f"{file}: input {vi.name!r} is {_elem_name(vi)}; runtime tensors must be float32. "
-                f"Bind it (bindings={{{vi.name!r}: value}}) if it is a scalar parameter, or export it as float32"
+                f"Bind it with --bind {vi.name}=V (Python: bindings={{{vi.name!r}: V}}) if it is a scalar parameter, "
+                "or export it as float32"
             )
 
     # Dims bound by name first; then the cohort dim is the one every symbolic input shares.
@@ -101,8 +158,8 @@ def session_signature(
         free = [d for d in _dims(by_name[name]) if isinstance(d, str) and d not in sig.dims]
         if len(free) != 1:
             raise UnsupportedModelError(
-                f"{file}: frames[{name!r}] must bind exactly one symbolic dim of input {name!r}, which has {free}; "
-                f"bind dims by name instead (frames={{'<dim>': N}})"
+                f"{file}: --frame {name}=N must fix exactly one symbolic dim of input {name!r}, which has {free}; "
+                f"fix dims by name instead: --frame DIM=N (Python: frames={{'DIM': N}})"
             )
         sig.dims[free[0]] = int(extent)
 
@@ -118,7 +175,8 @@ def session_signature(
                 what = f"dim {d!r}" if d else "an unknown dim"
                 raise UnsupportedModelError(
                     f"{file}: input {vi.name!r} axis {i} is {what}, which is neither the cohort axis "
-                    f"({sig.cohort_dim!r}) nor bound; pass frames={{{vi.name!r}: N}} to fix its extent"
+                    f"({sig.cohort_dim!r}) nor bound; fix its extent with --frame {vi.name}=N "
+                    f"(Python: frames={{{vi.name!r}: N}})"
                 )
         if not vi.type.tensor_type.HasField("shape"):
             raise UnsupportedModelError(f"{file}: input {vi.name!r} has no declared shape; export the model with shapes")
