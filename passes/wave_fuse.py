@@ -4,12 +4,13 @@ A `wave.ewise` whose result has exactly one use, and that use is another `wave.e
 its user's expression: `sqrt(%0)` of `add(%0, %1)` becomes `sqrt(add(%0, %1))`, saving the intermediate's
 write and re-read. Right-aligned broadcasting composes, so the fused op broadcasts the producer's inputs to
 the user's shape directly. A producer with any other use (a state write, an output, a second reader) is
-kept; a fusion that would exceed the task's input slots (wavec.opcodes.MAX_INPUTS) is skipped.
+kept; a fusion that would exceed `max-inputs` (at most the task's input slots, wavec.opcodes.MAX_INPUTS)
+is skipped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -21,6 +22,7 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave
 from wavec.opcodes import MAX_INPUTS, Expr, parse_expr
@@ -38,6 +40,9 @@ def _fused_operands(user: wave.EwiseOp, index: int, producer: wave.EwiseOp):
 
 
 class FuseElementwiseProducer(RewritePattern):
+    def __init__(self, max_inputs: int):
+        self.max_inputs = max_inputs
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
         for index, operand in enumerate(user.inputs):
@@ -45,7 +50,7 @@ class FuseElementwiseProducer(RewritePattern):
             if not isinstance(producer, wave.EwiseOp) or not operand.has_one_use():
                 continue
             operands, user_map, producer_map = _fused_operands(user, index, producer)
-            if len(operands) > MAX_INPUTS:
+            if len(operands) > self.max_inputs:
                 continue
             inner = parse_expr(producer.expr.data).substitute(producer_map)
             expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
@@ -60,8 +65,14 @@ class WaveFuse(ModulePass):
     """Fuses single-use elementwise producers into their elementwise users."""
 
     name = "wave-fuse"
+    max_inputs: int = field(
+        default=MAX_INPUTS, metadata={"help": f"most inputs of a fused op (a task reads at most {MAX_INPUTS})"}
+    )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not 1 <= self.max_inputs <= MAX_INPUTS:
+            raise PassFailedException(f"wave-fuse: max-inputs must be between 1 and {MAX_INPUTS}, got {self.max_inputs}")
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([FuseElementwiseProducer()], dce_enabled=False), apply_recursively=True
+            GreedyRewritePatternApplier([FuseElementwiseProducer(self.max_inputs)], dce_enabled=False),
+            apply_recursively=True,
         ).rewrite_module(op)

@@ -1,4 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p wave-fuse | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-fuse{max-inputs=1}' | filecheck %s --check-prefix=NARROW
+// RUN: not wavec-opt %s -p 'wave-fuse{max-inputs=5}' 2>&1 | filecheck %s --check-prefix=BADOPT
 
 // The magnitude of an STFT bin (Silero's front end): four elementwise ops become one.
 func.func @fuse_magnitude_chain() {
@@ -15,6 +17,11 @@ func.func @fuse_magnitude_chain() {
 // CHECK:         %{{.*}} = wave.ewise "sqrt(add(pow(%0, 2.0), pow(%1, 2.0)))"(%re, %im)
 // CHECK-NOT:     wave.ewise
 // CHECK:         wave.output "mag"
+// Capped at one input per fused op, nothing here fuses: each fusion would read both re and im.
+// NARROW-LABEL: func.func @fuse_magnitude_chain
+// NARROW:         wave.ewise "add(%0, %1)"(%a, %b)
+// NARROW-NEXT:    wave.ewise "sqrt(%0)"(%c)
+// BADOPT: wavec-opt: error: wave-fuse: max-inputs must be between 1 and 4, got 5
 
 // -----
 
