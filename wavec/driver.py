@@ -21,7 +21,7 @@ from wavec.registry import get_all_passes, make_context
 
 def default_pipeline(sessions: int, workers: int) -> str:
     return (
-        f"wave-fuse,wave-cohort{{sessions={sessions}}},wave-to-wpk{{workers={workers}}},"
+        f"wave-expand-pow,wave-fuse,wave-cohort{{sessions={sessions}}},wave-to-wpk{{workers={workers}}},"
         f"wpk-arena,wpk-schedule{{workers={workers}}},wpk-payload,wpk-verify"
     )
 
