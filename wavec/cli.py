@@ -1,7 +1,8 @@
 """`wavec`: compile a model to a profile, run it, report it, verify it.
 
     wavec compile MODEL.onnx --sessions N [--hw h200] [--bind NAME=VALUE]... [--frame NAME=LEN]...
-                  [--state IN=OUT]... [--pipeline SPEC] -o DIR
+                  [--state IN=OUT]... [--pipeline SPEC|FILE.yaml] [--print-ir-after-all]
+                  [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz
     wavec report DIR [--json]
@@ -139,7 +140,9 @@ def cmd_compile(args) -> int:
     from wavec.profile import check_save_target
 
     check_save_target(Path(args.output), "profile")  # before compiling: fail fast on a target we would refuse
-    profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline, **options)
+    dumps = {"*"} if args.print_ir_after_all else set(args.print_ir_after)
+    profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
+                            print_ir_after=dumps, **options)
     out = profile.save(args.output)
     print(f"wrote {out}: {len(profile.payloads)} tasks, {len(profile.meta['phases'])} phases, "
           f"{profile.sessions} sessions")
@@ -270,7 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help="fold a scalar input to a constant")
     p.add_argument("--frame", action="append", default=[], metavar="NAME=LEN", help="frame length of an input's symbolic dim")
     p.add_argument("--state", action="append", default=[], metavar="IN=OUT", help="pair a state input with its output")
-    p.add_argument("--pipeline", help="pass pipeline (wavec-opt syntax) instead of the default")
+    p.add_argument("--pipeline", help="pass pipeline instead of the default: a wavec-opt spec or a YAML file "
+                   "(see wavec/pipelines/default.yaml)")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+    p.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
+                   help="print the IR after this pass (stderr); repeatable")
     p.add_argument("-o", "--output", required=True, help="profile directory to write")
     p.set_defaults(func=cmd_compile)
 

@@ -9,6 +9,7 @@ The default pipeline is `default_pipeline(sessions, workers)`; any `wavec-opt` p
 from __future__ import annotations
 
 import os
+import sys
 
 from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import DiagnosticException
@@ -20,10 +21,10 @@ from wavec.registry import get_all_passes, make_context
 
 
 def default_pipeline(sessions: int, workers: int) -> str:
-    return (
-        f"wave-expand-pow,wave-fuse,wave-cohort{{sessions={sessions}}},wave-to-wpk{{workers={workers}}},"
-        f"wpk-arena,wpk-schedule{{workers={workers}}},wpk-payload,wpk-verify"
-    )
+    """The spec of wavec/pipelines/default.yaml for this cohort and target."""
+    from wavec.pipeline import default_pipeline_text, spec_from_yaml
+
+    return spec_from_yaml(default_pipeline_text(), {"sessions": sessions, "workers": workers}, "default pipeline")
 
 
 # The passes a pipeline needs for a runnable profile, in order (wave-fuse and wpk-verify are the
@@ -55,10 +56,31 @@ def parse_pipeline(spec: str) -> PassPipeline:
         raise WavecError(f"--pipeline {spec!r}: {message}{at}; see `wavec-opt --list-passes`") from e
 
 
-def run_pipeline(module, spec: str) -> None:
-    """Applies a pipeline in process. Raises WavecError naming the pass that failed and why."""
+def ir_dump_callback(print_ir_after: set[str], stream=None):
+    """A PassPipeline callback printing the module after each pass named in `print_ir_after` ("*": all),
+    with mlir-opt's banner, to `stream` (stderr by default)."""
+    from xdsl.printer import Printer
+
+    def callback(previous, module, _next) -> None:
+        if previous is not None and ("*" in print_ir_after or previous.name in print_ir_after):
+            out = stream or sys.stderr
+            out.write(f"// -----// IR Dump After {previous.name} //----- //\n")
+            Printer(stream=out).print_op(module)
+            out.write("\n\n")
+
+    return callback
+
+
+def run_pipeline(module, spec: str, print_ir_after: set[str] | None = None) -> None:
+    """Applies a pipeline in process, printing the IR after the passes named in `print_ir_after`.
+    Raises WavecError naming the pass that failed and why."""
     ctx = make_context()
     pipeline = parse_pipeline(spec)
+    if print_ir_after:
+        unknown = print_ir_after - {p.name for p in pipeline.passes} - {"*"}
+        if unknown:
+            raise WavecError(f"--print-ir-after {', '.join(sorted(unknown))}: not in the pipeline {spec!r}")
+        pipeline = PassPipeline(pipeline.passes, ir_dump_callback(print_ir_after))
     try:
         pipeline.apply(ctx, module)
         module.verify()
@@ -124,26 +146,35 @@ def compile(  # noqa: A001 - the public verb of the package
     frames: dict[str, int] | None = None,
     states: list[tuple[str, str]] | None = None,
     pipeline: str | None = None,
+    print_ir_after: set[str] | None = None,
 ) -> Profile:
     """Compiles an ONNX model for a cohort of `sessions` on target `hw` (a name or a YAML path).
-    Raises WavecError (UnsupportedModelError for the model, VerificationError for a bad schedule)."""
+    `pipeline` is a wavec-opt spec or a YAML pipeline file; `print_ir_after` names passes ("*": every
+    pass) after which the IR is printed to stderr. Raises WavecError (UnsupportedModelError for the
+    model, VerificationError for a bad schedule)."""
     from wavec.frontends.onnx import import_onnx
 
     graph = import_onnx(model, bindings=bindings or {}, frames=frames or {}, states=states or [])
-    return compile_graph(graph, sessions=sessions, hw=hw, pipeline=pipeline)
+    return compile_graph(graph, sessions=sessions, hw=hw, pipeline=pipeline, print_ir_after=print_ir_after)
 
 
-def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | None = None, workers: int | None = None) -> Profile:
+def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | None = None, workers: int | None = None,
+                  print_ir_after: set[str] | None = None) -> Profile:
     """Runs the pass pipeline on an imported graph (wavec.frontends.onnx.ImportedGraph or any object with
     `module`, `weights`, `name` and `bindings`) and emits the profile. ``workers`` overrides the target's
     SM count (tests use a few workers to keep profiles small)."""
+    from wavec.pipeline import pipeline_spec
+
     if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
         raise WavecError(f"--sessions must be a whole number >= 1, got {sessions!r}")
     target = load_hw(hw)
-    spec = pipeline if pipeline is not None else default_pipeline(sessions, workers or int(target["sm_count"]))
-    if pipeline is not None:
+    workers = workers or int(target["sm_count"])
+    if pipeline is None:
+        spec = default_pipeline(sessions, workers)
+    else:
+        spec = pipeline_spec(pipeline, {"sessions": sessions, "workers": workers})
         check_pipeline_sessions(spec, sessions)
-    run_pipeline(graph.module, spec)
+    run_pipeline(graph.module, spec, print_ir_after)
     check_complete(graph.module, spec)
     return finish_profile(graph.module, graph.weights, graph.name, target["name"], graph.bindings)
 

@@ -1,6 +1,7 @@
 """`wavec-opt`: run wavec passes on .mlir files, as mlir-opt / xdsl-opt do.
 
     wavec-opt model.mlir -p 'wave-fuse,wave-cohort{sessions=64}'
+    wavec-opt model.mlir -p wavec/pipelines/default.yaml --pipeline-var sessions=64 --print-ir-after wave-cohort
     wavec-opt --list-passes
 """
 
@@ -44,11 +45,35 @@ class WavecOptMain(xDSLOptMain):
             "--list-passes", action="store_true", default=False,
             help="print each wavec pass with its summary and options, then exit",
         )
+        arg_parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+        arg_parser.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
+                                help="print the IR after this pass (stderr); repeatable")
+        arg_parser.add_argument("--pipeline-var", action="append", default=[], metavar="NAME=VALUE",
+                                help="value of ${NAME} in a YAML pipeline given to -p")
 
     def setup_pipeline(self):
         if getattr(self.args, "list_passes", False):
             return  # nothing runs: a -p given alongside is not parsed
+        from wavec.pipeline import pipeline_spec
+
+        variables = dict(v.split("=", 1) for v in self.args.pipeline_var)
+        self.args.passes = pipeline_spec(self.args.passes, variables)
         super().setup_pipeline()
+        dumps = {"*"} if self.args.print_ir_after_all else set(self.args.print_ir_after)
+        if dumps:
+            from xdsl.passes import PassPipeline
+
+            from wavec.driver import ir_dump_callback
+
+            verify_and_time = self.pipeline.callback
+            dump = ir_dump_callback(dumps)
+
+            def callback(previous, module, following):
+                if verify_and_time is not None:
+                    verify_and_time(previous, module, following)
+                dump(previous, module, following)
+
+            self.pipeline = PassPipeline(self.pipeline.passes, callback)
 
     def prepare_output(self):
         """-o FILE: the output is kept in memory and written (atomically) only when the run succeeds,

@@ -1,0 +1,79 @@
+"""Pipelines as data: a YAML file lists passes with their options (wavec/pipelines/default.yaml is the
+default), and becomes the `wavec-opt -p` spec string xDSL parses.
+
+    passes:
+      - wave-fuse
+      - wave-cohort: {sessions: "${sessions}"}
+
+"${name}" in an option value is a variable: the caller's value, else the file's `defaults`.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from wavec.errors import WavecError
+
+_VARIABLE = re.compile(r"^\$\{(\w+)\}$")
+
+
+def is_pipeline_file(source: str) -> bool:
+    return source.endswith((".yaml", ".yml"))
+
+
+def default_pipeline_text() -> str:
+    return (resources.files("wavec") / "pipelines" / "default.yaml").read_text()
+
+
+def _option_value(value, variables: dict, where: str) -> str:
+    if isinstance(value, str) and (m := _VARIABLE.match(value)):
+        if m.group(1) not in variables:
+            raise WavecError(f"{where}: variable ${{{m.group(1)}}} has no value; set it (--pipeline-var {m.group(1)}=...)")
+        value = variables[m.group(1)]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, str) and not re.fullmatch(r"[\w.+-]+", value):
+        return '"' + value.replace('"', '\\"') + '"'
+    return str(value)
+
+
+def _pass_spec(entry, variables: dict, where: str) -> str:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict) and len(entry) == 1:
+        (name, options), = entry.items()
+        if options is None:
+            return str(name)
+        if not isinstance(options, dict):
+            raise WavecError(f"{where}: options of {name!r} must be a mapping, got {options!r}")
+        inner = " ".join(f"{k}={_option_value(v, variables, where)}" for k, v in options.items())
+        return f"{name}{{{inner}}}"
+    raise WavecError(f"{where}: each pass is a name or {{name: {{option: value}}}}, got {entry!r}")
+
+
+def spec_from_yaml(text: str, variables: dict | None = None, where: str = "pipeline") -> str:
+    """The xDSL pipeline spec of a YAML pipeline. Raises WavecError for malformed YAML or entries."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise WavecError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("passes"), list) or not data["passes"]:
+        raise WavecError(f"{where}: expected a mapping with a non-empty `passes` list")
+    values = {**(data.get("defaults") or {}), **(variables or {})}
+    return ",".join(_pass_spec(entry, values, where) for entry in data["passes"])
+
+
+def pipeline_spec(source: str, variables: dict | None = None) -> str:
+    """`source` is a spec string (returned as is) or a path to a YAML pipeline file."""
+    if not is_pipeline_file(source):
+        return source
+    path = Path(source)
+    if not path.is_file():
+        raise WavecError(f"--pipeline {source}: no such pipeline file")
+    return spec_from_yaml(path.read_text(), variables, where=str(path))
