@@ -7,7 +7,8 @@
 - ``wpk.task "opcode" {...}``: one tile of one op for a slice of the cohort: ``inputs`` (buffer names),
   ``input_offsets`` (extra element offsets into them), ``output`` / ``output_offset``, ``sessions`` and
   ``elems`` ([begin, end) ranges), ``params`` (the parameter block, wavec/opcodes.py). `wpk-schedule`
-  adds ``worker``, ``order``, ``waits`` (pairs counter, count) and ``signal``; `wpk-payload` adds
+  adds ``worker``, ``order``, ``waits`` (pairs counter, count), ``signal`` (the task's group counter) and
+  ``signal_phase`` (its phase-wide counter, 0 = none); `wpk-payload` adds
   ``payload``, the task's 128-byte record as 32 int32 words.
 """
 
@@ -143,6 +144,7 @@ class TaskOp(IRDLOperation):
     order = opt_prop_def(IntegerAttr)
     waits = opt_prop_def(DenseArrayBase)
     signal = opt_prop_def(IntegerAttr)
+    signal_phase = opt_prop_def(IntegerAttr)
     payload = opt_prop_def(DenseArrayBase)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$opcode attr-dict"
@@ -188,11 +190,21 @@ class TaskOp(IRDLOperation):
         w = _ints(self.waits)
         return list(zip(w[0::2], w[1::2]))
 
-    def set_schedule(self, worker: int, order: int, waits: Sequence[tuple[int, int]], signal: int) -> None:
+    def set_schedule(self, worker: int, order: int, waits: Sequence[tuple[int, int]], signal: int,
+                     signal_phase: int = 0) -> None:
         self.properties["worker"] = IntegerAttr(worker, i64)
         self.properties["order"] = IntegerAttr(order, i64)
         self.properties["waits"] = _i64s([x for pair in waits for x in pair])
         self.properties["signal"] = IntegerAttr(signal, i64)
+        self.properties["signal_phase"] = IntegerAttr(signal_phase, i64)
+
+    @property
+    def signals(self) -> list[int]:
+        """The counters the task increments when done (``signal``, then ``signal_phase`` when set)."""
+        out = [self.signal.value.data] if self.signal is not None else []
+        if self.signal_phase is not None and self.signal_phase.value.data:
+            out.append(self.signal_phase.value.data)
+        return out
 
     def set_payload(self, words: Sequence[int]) -> None:
         self.properties["payload"] = DenseArrayBase.from_list(i32, [int(w) for w in words])
@@ -209,6 +221,8 @@ class TaskOp(IRDLOperation):
             raise VerifyException(f"wpk.task: params block is not a {self.opcode.data} block")
         if self.waits is not None and (len(_ints(self.waits)) % 2 or len(self.wait_pairs) > MAX_WAITS):
             raise VerifyException(f"wpk.task: waits must be at most {MAX_WAITS} (counter, count) pairs")
+        if self.signal_phase is not None and not 0 <= self.signal_phase.value.data <= 0xFFFF:
+            raise VerifyException("wpk.task: signal_phase must be a counter in [0, 65535] (0: none)")
         if self.payload is not None and len(_ints(self.payload)) != 32:
             raise VerifyException("wpk.task: payload must be 32 int32 words (128 bytes)")
 

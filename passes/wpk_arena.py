@@ -3,9 +3,14 @@
 Weights, state, input and output buffers are packed one after another. Activation buffers share offsets
 by liveness: a buffer is live from the phase that writes it to the last phase that reads it (a phase's
 inputs and output are live together, so a task never overwrites what it reads), and first-fit placement
-in order of decreasing size gives each an offset that no buffer live at the same time overlaps. Every
+in order of decreasing size gives each an offset that no buffer live at the same time overlaps.
+Per-session activations are laid out session-major: first-fit places one session's slice of each, and
+every per-session activation gets the same session stride (that region's size), so recycled bytes of
+session s only ever held session s's data; shared activations follow the N session regions. Every
 offset is 16-byte aligned. The module gets `wpk.arena_bytes` (bytes per arena; input and output are one
 half of their double buffer) and `wpk.act_lower_bound`, the largest total of buffers live at once.
+Runs before `wpk-schedule`, which derives the tasks' dependencies (write-after-read on recycled offsets
+included) from the placed offsets.
 """
 
 from __future__ import annotations
@@ -80,12 +85,28 @@ class WpkArena(ModulePass):
         n = wave.cohort_size(op)
         if n is None:
             raise PassFailedException("wpk-arena: the module has no wave.cohort attribute; run wave-cohort first")
+        if any(t.worker is not None for phase in phases_of(op) for t in phase.tasks):
+            raise PassFailedException(
+                "wpk-arena: the tasks are already scheduled; run wpk-arena before wpk-schedule (the schedule's "
+                "dependencies come from the placed offsets)"
+            )
         buffers = buffers_of(op)
         ranges = live_ranges(op)
         sizes = {name: align(footprint_bytes(b, n)) for name, b in buffers.items()}
         totals = dict.fromkeys(ARENA_NAMES, 0)
         act = {name: sizes[name] for name, b in buffers.items() if b.arena.data == "act" and name in ranges}
-        offsets = first_fit(act, ranges)
+        # Session-major: per-session activations share one session stride (the session region), so a
+        # recycled offset only ever overlaps the same session's bytes of an older tensor and the
+        # write-after-read dependencies it creates stay inside one session's tiles.
+        per_session = {name: align(buffers[name].nbytes) for name in act if buffers[name].stride}
+        offsets = first_fit(per_session, ranges)
+        region = align(max((offsets[m] + per_session[m] for m in per_session), default=0))
+        shared = {name: size for name, size in act.items() if name not in per_session}
+        for name, off in first_fit(shared, ranges).items():
+            offsets[name] = region * n + off
+        for name in per_session:
+            buffers[name].properties["session_stride"] = IntegerAttr(region, i64)
+            sizes[name] = region * (n - 1) + per_session[name]
         for name, b in buffers.items():
             arena = b.arena.data
             if arena != "act":

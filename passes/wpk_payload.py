@@ -1,7 +1,7 @@
 """`wpk-payload`: encode every scheduled, placed task as its 128-byte record.
 
 Each `wpk.task` gets `payload`, 32 int32 words laid out as wavec/payload.py defines: opcode, worker, waits,
-signal, tile, the word offset of its parameter block, and each operand's arena, byte offset and session
+signals (group and phase counters), tile, the word offset of its parameter block, and each operand's arena, byte offset and session
 stride resolved from the buffers. Identical parameter blocks are stored once in the params table
 (`params_table`), which the profile writer rebuilds with the same function. Task ids follow program order.
 Requires `wpk-schedule` and `wpk-arena`.
@@ -52,6 +52,7 @@ def encode_task(task_id: int, task: wpk.TaskOp, params_at: int, buffers: dict[st
     for i, (counter, count) in enumerate(waits):
         rec["wait_counter"][i], rec["wait_count"][i] = counter, count
     rec["task"], rec["signal"] = task_id, task.signal.value.data
+    rec["signal_phase"] = task.signal_phase.value.data if task.signal_phase is not None else 0
     rec["session_begin"], rec["session_end"] = task.session_range
     rec["elem_begin"], rec["elem_end"] = task.elem_range
     rec["params"] = params_at

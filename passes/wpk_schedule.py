@@ -1,55 +1,469 @@
-"""`wpk-schedule`: place every task on a worker and order the phases with counters.
+"""`wpk-schedule`: tile-level dependencies, counters and a cost-model list schedule onto the workers.
 
-The simplest correct schedule: phases run in program order; phase p signals counter p + 1 and every task
-of phase p + 1 waits for all of phase p's tasks (target = tasks of p per beat, so counters never need a
-reset). That is a grid-wide barrier per phase; tile-level dependencies come with the cost-model
-scheduler. Tasks are dealt to workers round robin, continuing where the previous phase stopped, so
-consecutive small phases land on different SMs. A worker runs its tasks in phase order, so every wait is
-on an earlier phase and the program cannot deadlock. Counter 0 is the end-of-beat counter. A phase
-without tasks (an empty tensor) is skipped: the next phase waits on the last phase that has tasks.
+Runs after `wpk-arena`: dependencies come from the exact byte footprints of every task over the placed
+arena offsets (wavec.opcodes.footprint per operand, replicated per session), in program order:
+- read-after-write: a task waits for the last writer of every byte it reads;
+- write-after-write: a task waits for the last writer of every byte it writes;
+- write-after-read: a task waits for every reader of the bytes it overwrites since their last write
+  (the activation arena recycles offsets; the state write-back overwrites slots earlier phases read).
+Only the STATE, ACT and OUTPUT arenas are tracked: tasks never write WEIGHTS or INPUT.
+
+Counters. Counter 0 is the end-of-beat counter. The tasks of one phase that cover one session range
+form a *group*; each task signals its group's counter (``signal``) and, when someone waits on it, its
+phase-wide counter (``signal_phase``, 0 = none; a phase of one group uses its group counter for both).
+A consumer waits on the group counters holding the tasks it depends on (count = the group's tasks); a
+wait already implied by another wait (transitively) or by the worker's earlier task is dropped. When
+more than MAX_WAITS (3) remain (an elementwise op over 4 slices of the LSTM gates), a *carrier* (the
+tasks of the latest of those groups, with a free wait slot) also waits on the earliest group, so waiting
+on the carrier implies it; only when that fails are a phase's groups merged into its phase-wide counter
+(a full-phase wait), the phase with most groups first.
+
+Worker assignment: static list scheduling. Each task costs ``overhead + max(FLOPs / (peak / SMs),
+bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates from the target, or the
+``peak-flops`` / ``hbm-bandwidth`` options); a wait that crosses workers adds ``handoff-us``. Ready
+tasks are taken by critical-path priority (longest cost path to the end of the beat) and placed on the
+worker where they can start earliest; a worker runs its tasks in the order they were placed, which is
+their start-time order, and every wait points at tasks placed before, so the program cannot deadlock.
+
+Module attributes: ``wpk.workers``, ``wpk.counters``, and the modeled schedule: ``wpk.beat_us``
+(makespan), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
+``wpk.waits`` (wait slots used) and ``wpk.phase_waits`` (waits on a whole phase of more than one group).
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
+import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
+from wavec.analysis.cost import flops_per_element
 from wavec.dialects import wpk
-from wavec.payload import BEAT_DONE_COUNTER
+from wavec.opcodes import ELEM_BYTES, OUT, footprint, unpack_params
+from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS
+
+TRACKED_ARENAS = ("state", "act", "output")  # the arenas tasks write; weights and input are read-only
 
 
 def phases_of(module: ModuleOp) -> list[wpk.PhaseOp]:
     return [op for op in module.ops if isinstance(op, wpk.PhaseOp)]
 
 
+def _buffers(module: ModuleOp) -> dict[str, wpk.BufferOp]:
+    return {op.buffer_name: op for op in module.ops if isinstance(op, wpk.BufferOp)}
+
+
+@dataclass
+class _Task:
+    op: wpk.TaskOp
+    index: int  # program order
+    phase: int
+    group: int = -1  # global group id
+    reads: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # tracked words
+    writes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    flops: int = 0
+    nbytes: int = 0
+    cost: float = 0.0
+    deps: set = field(default_factory=set)  # direct conflicting earlier tasks
+    waits: list = field(default_factory=list)  # counter units (see _Counter)
+
+
+@dataclass
+class _Counter:
+    phase: int
+    tasks: list[int]  # signallers, program order indices
+    whole_phase: bool  # all tasks of a phase of more than one group
+    mask: int = 0  # bitset of the signallers
+    index: int = -1  # counter number once allocated
+
+
+def _footprints(tasks: list[_Task], buffers: dict[str, wpk.BufferOp], bases: dict[str, int]) -> None:
+    """Fills each task's tracked read and write words (a global word space over TRACKED_ARENAS) and its
+    FLOPs and bytes."""
+    cache: dict = {}
+    rel_cache: dict = {}
+    for t in tasks:
+        op = t.op
+        words = np.array(op.param_words, np.int64)
+        key = tuple(op.param_words)
+        params = cache.get(key)
+        if params is None:
+            params = cache[key] = unpack_params(words, 0)
+        s0, s1 = op.session_range
+        e0, e1 = op.elem_range
+        n_in = len(op.input_names)
+        slots = [*zip(op.input_names, op.operand_offsets), (op.output.data, op.output_offset.value.data)]
+        reads, writes, nbytes = [], [], 0
+        for k, (name, elem_offset) in enumerate(slots):
+            operand = OUT if k == n_in else k
+            buf = buffers[name]
+            fkey = (key, operand, e0, e1)
+            rel = rel_cache.get(fkey)
+            if rel is None:
+                rel = rel_cache[fkey] = np.unique(np.asarray(footprint(params, operand, e0, e1, n_in), np.int64))
+            stride = buf.stride
+            nbytes += ELEM_BYTES * len(rel) * ((s1 - s0) if stride else 1)
+            arena = buf.arena.data
+            if arena not in bases or len(rel) == 0:
+                continue
+            start = bases[arena] + (buf.offset.value.data // ELEM_BYTES) + elem_offset
+            sessions = np.arange(s0, s1, dtype=np.int64) if stride else np.zeros(1, np.int64)
+            w = (start + sessions * (stride // ELEM_BYTES))[:, None] + rel[None, :]
+            (writes if operand == OUT else reads).append(w.ravel())
+        t.reads = np.unique(np.concatenate(reads)) if reads else np.zeros(0, np.int64)
+        t.writes = np.unique(np.concatenate(writes)) if writes else np.zeros(0, np.int64)
+        t.flops = (s1 - s0) * (e1 - e0) * flops_per_element(params)
+        t.nbytes = nbytes
+
+
+def _dependencies(tasks: list[_Task], phases: list[list[int]], n_words: int) -> None:
+    """Direct RAW, WAW and WAR predecessors of every task, in program order."""
+    last_writer = np.full(n_words, -1, np.int64)
+    log_task = np.zeros(0, np.int64)  # reads since the last write of their word
+    log_word = np.zeros(0, np.int64)
+    for members in phases:
+        order = np.argsort(log_word, kind="stable")
+        sorted_words, sorted_tasks = log_word[order], log_task[order]
+        for i in members:
+            t = tasks[i]
+            touched = np.concatenate([t.reads, t.writes])
+            p = last_writer[touched]
+            deps = set(np.unique(p[p >= 0]).tolist())
+            if len(t.writes) and len(sorted_words):
+                lo = np.searchsorted(sorted_words, t.writes, "left")
+                hi = np.searchsorted(sorted_words, t.writes, "right")
+                cnt = hi - lo
+                if cnt.any():
+                    total = int(cnt.sum())
+                    idx = np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+                    deps.update(np.unique(sorted_tasks[idx]).tolist())
+            deps.discard(i)
+            t.deps = deps
+        written = np.zeros(n_words, bool)
+        for i in members:
+            written[tasks[i].writes] = True
+            last_writer[tasks[i].writes] = i
+        keep = ~written[log_word]
+        new_t = [np.full(len(tasks[i].reads), i, np.int64) for i in members]
+        new_w = [tasks[i].reads for i in members]
+        nw = np.concatenate(new_w) if new_w else np.zeros(0, np.int64)
+        nt = np.concatenate(new_t) if new_t else np.zeros(0, np.int64)
+        fresh = ~written[nw]
+        log_word = np.concatenate([log_word[keep], nw[fresh]])
+        log_task = np.concatenate([log_task[keep], nt[fresh]])
+
+
+def _bits(indices) -> int:
+    m = 0
+    for i in indices:
+        m |= 1 << i
+    return m
+
+
 @dataclass(frozen=True)
 class WpkSchedule(ModulePass):
-    """Assigns tasks to workers round robin; each phase waits for the whole previous phase."""
+    """Tile-level counter dependencies from exact footprints and a critical-path list schedule."""
 
     name = "wpk-schedule"
     workers: int = field(default=132, metadata={"help": "persistent blocks, one per SM"})
+    hw: str = field(default="h200", metadata={"help": "hardware target for the rates (a name or a YAML path)"})
+    peak_flops: float = field(default=0.0, metadata={"help": "device fp32 FLOP/s (0: the target's)"})
+    hbm_bandwidth: float = field(default=0.0, metadata={"help": "device HBM bytes/s (0: the target's)"})
+    task_overhead_us: float = field(default=0.3, metadata={"help": "fixed cost of one task (fetch, waits, signal)"})
+    handoff_us: float = field(default=-1.0, metadata={"help": "latency of a wait across workers (<0: the target's)"})
+
+    def _rates(self) -> tuple[float, float, float]:
+        """(FLOP/s, bytes/s) of one SM and the cross-worker handoff in microseconds."""
+        peak, bw, handoff, sms = self.peak_flops, self.hbm_bandwidth, self.handoff_us, 0
+        if peak <= 0 or bw <= 0 or handoff < 0:
+            from wavec.hw import load_hw
+
+            try:
+                hw = load_hw(self.hw)
+            except Exception as e:  # noqa: BLE001
+                raise PassFailedException(f"wpk-schedule: {e}") from e
+            sms = int(hw["sm_count"])
+            peak = peak if peak > 0 else float(hw["peak_flops_per_s"]["fp32"])
+            bw = bw if bw > 0 else float(hw["hbm_bandwidth_bytes_per_s"])
+            if handoff < 0:
+                handoff = float((hw.get("measured") or {}).get("flag_handoff_us", 1.1))
+        sms = sms or self.workers
+        return peak / sms, bw / sms, handoff
+
+    @staticmethod
+    def _absorb(chosen: list[int], tasks: list[_Task], counters: list[_Counter], anc: list[int],
+                closure: dict[int, int], close) -> list[int]:
+        """More than MAX_WAITS counters for one task: let a *carrier* (the tasks of a later counter among
+        them, with a free wait slot) also wait on an earlier one, so waiting on the carrier implies it.
+        The carrier's tasks start no earlier than the absorbed counter's: a small delay of a producer
+        instead of a whole-phase wait for the consumer. Returns the counters the task still waits on."""
+        chosen = sorted(chosen, key=lambda c: -counters[c].phase)
+        while len(chosen) > MAX_WAITS:
+            for carrier in chosen:
+                members = counters[carrier].tasks
+                spare = MAX_WAITS - max(len(tasks[s].waits) for s in members)
+                victims = [c for c in chosen if counters[c].phase < counters[carrier].phase]
+                if spare > 0 and victims:
+                    break
+            else:
+                return chosen
+            victim = victims[-1]
+            for s in members:
+                tasks[s].waits.append(victim)
+                anc[s] |= close(victim)
+            closure.pop(carrier, None)
+            chosen.remove(victim)
+        return chosen
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.workers < 1:
             raise PassFailedException(f"wpk-schedule: workers must be >= 1, got {self.workers}")
-        phases = phases_of(op)
-        if not phases:
+        phase_ops = phases_of(op)
+        if not phase_ops:
             raise PassFailedException("wpk-schedule: the module has no wpk.phase; run wave-to-wpk first")
-        next_worker, per_worker = 0, [0] * self.workers
-        previous: tuple[int, int] | None = None
-        for index, phase in enumerate(phases):
-            if not phase.tasks:  # an empty tensor's phase: waiting on it would order nothing
+        buffers = _buffers(op)
+        used = {n for ph in phase_ops for t in ph.tasks for n in [*t.input_names, t.output.data]}
+        if "wpk.arena_bytes" not in op.attributes or any(buffers[n].offset is None for n in used if n in buffers):
+            raise PassFailedException(
+                "wpk-schedule: buffers have no arena offsets; run wpk-arena first (dependencies come from the "
+                "placed byte footprints)"
+            )
+        flop_rate, byte_rate, handoff = self._rates()
+        arena_bytes = {k: v.value.data for k, v in op.attributes["wpk.arena_bytes"].data.items()}
+        bases, total = {}, 0
+        for a in TRACKED_ARENAS:
+            bases[a] = total
+            total += (arena_bytes.get(a, 0) + ELEM_BYTES - 1) // ELEM_BYTES
+        tasks: list[_Task] = []
+        phases: list[list[int]] = []
+        for p, ph in enumerate(phase_ops):
+            members = []
+            for t in ph.tasks:
+                members.append(len(tasks))
+                tasks.append(_Task(t, len(tasks), p))
+            phases.append(members)
+        _footprints(tasks, buffers, bases)
+        _dependencies(tasks, phases, total)
+        for t in tasks:
+            t.cost = self.task_overhead_us + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
+
+        # ---- groups and their counters
+        counters: list[_Counter] = []
+        phase_counter: dict[int, int] = {}
+        group_counters: list[list[int]] = []  # per phase: its group counter ids
+        for p, members in enumerate(phases):
+            by_range: dict[tuple[int, int], list[int]] = {}
+            for i in members:
+                by_range.setdefault(tasks[i].op.session_range, []).append(i)
+            ids = []
+            for rng in sorted(by_range):
+                c = len(counters)
+                counters.append(_Counter(p, by_range[rng], whole_phase=False, mask=_bits(by_range[rng])))
+                for i in by_range[rng]:
+                    tasks[i].group = c
+                ids.append(c)
+            group_counters.append(ids)
+            if len(ids) > 1:
+                phase_counter[p] = len(counters)
+                counters.append(_Counter(p, list(members), whole_phase=True, mask=_bits(members)))
+            elif ids:
+                phase_counter[p] = ids[0]
+        # ---- waits: the fewest counters that cover each task's dependencies (transitively)
+        anc = [0] * len(tasks)  # bitset of everything that happens before the task through its waits
+        closure: dict[int, int] = {}
+
+        def close(c: int) -> int:
+            hit = closure.get(c)
+            if hit is None:
+                hit = counters[c].mask
+                for s in counters[c].tasks:
+                    hit |= anc[s]
+                closure[c] = hit
+            return hit
+
+        for t in tasks:
+            if not t.deps:
                 continue
-            signal = index + 1 + BEAT_DONE_COUNTER
-            for task in phase.tasks:
-                worker = next_worker % self.workers
-                next_worker += 1
-                task.set_schedule(worker, per_worker[worker], [previous] if previous else [], signal)
-                per_worker[worker] += 1
-            previous = (signal, len(phase.tasks))
+            need = _bits(t.deps)
+            units = sorted({tasks[d].group for d in t.deps}, key=lambda c: -counters[c].phase)
+            chosen = _cover(units, need, counters, close)
+            chosen = self._absorb(chosen, tasks, counters, anc, closure, close)
+            while len(chosen) > MAX_WAITS:
+                per_phase: dict[int, int] = {}
+                for c in chosen:
+                    if not counters[c].whole_phase and phase_counter[counters[c].phase] != c:
+                        per_phase[counters[c].phase] = per_phase.get(counters[c].phase, 0) + 1
+                if not per_phase:
+                    break
+                merge = max(per_phase, key=lambda q: (per_phase[q], q))
+                units = [c for c in chosen if counters[c].phase != merge] + [phase_counter[merge]]
+                units.sort(key=lambda c: -counters[c].phase)
+                chosen = _cover(units, need, counters, close)
+                chosen = self._absorb(chosen, tasks, counters, anc, closure, close)
+            if len(chosen) > MAX_WAITS:
+                names = ", ".join(phase_ops[counters[c].phase].sym_name.data for c in chosen)
+                raise PassFailedException(
+                    f"wpk-schedule: a task of phase {phase_ops[t.phase].sym_name.data!r} depends on {len(chosen)} "
+                    f"phases that do not order each other ({names}); a payload holds {MAX_WAITS} waits"
+                )
+            t.waits = chosen
+            for c in chosen:
+                anc[t.index] |= close(c)
+
+        # ---- critical-path priority (bottom level) over the wait graph
+        waiters: dict[int, list[int]] = {}
+        for t in tasks:
+            for c in t.waits:
+                waiters.setdefault(c, []).append(t.index)
+        signals_of = [[t.group] + ([phase_counter[t.phase]] if phase_counter[t.phase] != t.group else []) for t in tasks]
+        bottom = [0.0] * len(tasks)  # priority: cost to the end of the beat, handoffs included
+        chain = [0.0] * len(tasks)  # the same without handoffs: the dependency chain's work
+        counter_bottom: dict[int, tuple[float, float]] = {}
+        for t in reversed(tasks):
+            tail = tail_chain = 0.0
+            for c in signals_of[t.index]:
+                if c in waiters:
+                    if c not in counter_bottom:
+                        counter_bottom[c] = (handoff + max(bottom[w] for w in waiters[c]),
+                                             max(chain[w] for w in waiters[c]))
+                    tail = max(tail, counter_bottom[c][0])
+                    tail_chain = max(tail_chain, counter_bottom[c][1])
+            bottom[t.index] = t.cost + tail
+            chain[t.index] = t.cost + tail_chain
+        critical = max(chain) if chain else 0.0
+
+        # ---- list scheduling
+        remaining = {c: len(counters[c].tasks) for c in waiters}
+        counter_done: dict[int, float] = {}
+        counter_worker: dict[int, int] = {}  # the one worker all of a counter's signallers ran on, or -1
+        blocked = [len(t.waits) for t in tasks]
+        ready = [(-bottom[t.index], t.index) for t in tasks if not t.waits]
+        heapq.heapify(ready)
+        free = np.zeros(self.workers)
+        busy = np.zeros(self.workers)
+        finish = [0.0] * len(tasks)
+        worker_of = [0] * len(tasks)
+        lists: list[list[int]] = [[] for _ in range(self.workers)]
+        sequence = []
+        while ready:
+            _, i = heapq.heappop(ready)
+            t = tasks[i]
+            at = np.zeros(self.workers)
+            for c in t.waits:  # a wait on tasks of another worker costs a handoff, on its own worker not
+                v = np.full(self.workers, counter_done[c] + handoff)
+                if counter_worker[c] >= 0:
+                    v[counter_worker[c]] = counter_done[c]
+                at = np.maximum(at, v)
+            start = np.maximum(free, at)
+            best = float(start.min())
+            fits = np.flatnonzero(start == best)
+            w = int(fits[np.argmax(free[fits])])  # among the earliest, the one idle the least
+            finish[i] = best + t.cost
+            free[w] = finish[i]
+            busy[w] += t.cost
+            worker_of[i] = w
+            lists[w].append(i)
+            sequence.append(i)
+            for c in signals_of[i]:
+                if c not in remaining:
+                    continue
+                counter_done[c] = max(counter_done.get(c, 0.0), finish[i])
+                counter_worker[c] = w if counter_worker.get(c, w) == w else -1
+                remaining[c] -= 1
+                if remaining[c] == 0:
+                    for j in waiters[c]:
+                        blocked[j] -= 1
+                        if blocked[j] == 0:
+                            heapq.heappush(ready, (-bottom[j], j))
+        if len(sequence) != len(tasks):  # cannot happen: every wait points at an earlier phase
+            raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
+
+        # ---- drop waits the worker order already implies
+        anc2 = [0] * len(tasks)
+        closure2: dict[int, int] = {}
+
+        def close2(c: int) -> int:
+            hit = closure2.get(c)
+            if hit is None:
+                hit = counters[c].mask
+                for s in counters[c].tasks:
+                    hit |= anc2[s]
+                closure2[c] = hit
+            return hit
+
+        position = [0] * len(tasks)
+        for w, rows in enumerate(lists):
+            for k, i in enumerate(rows):
+                position[i] = k
+        for i in sequence:
+            t = tasks[i]
+            k = position[i]
+            base = 0
+            if k:
+                prev = lists[worker_of[i]][k - 1]
+                base = anc2[prev] | (1 << prev)
+            kept = list(t.waits)
+            for c in list(kept):
+                others = base
+                for d in kept:
+                    if d != c:
+                        others |= close2(d)
+                # Only a wait whose every signaller is already ordered before the task goes: that keeps
+                # the happens-before closure the wait selection above relied on (dropping one that only
+                # covers the task's own dependencies could break a later task's transitive cover).
+                if counters[c].mask & ~others == 0:
+                    kept.remove(c)
+            t.waits = kept
+            anc2[i] = base
+            for c in kept:
+                anc2[i] |= close2(c)
+
+        # ---- allocate counter numbers: group counters always (a task must signal), phase ones if waited
+        waited = {c for t in tasks for c in t.waits}
+        next_counter = BEAT_DONE_COUNTER + 1
+        for c, info in enumerate(counters):
+            if not info.whole_phase or c in waited:
+                info.index = next_counter
+                next_counter += 1
+        n_waits = phase_waits = 0
+        for t in tasks:
+            pc = phase_counter[t.phase]
+            signal_phase = counters[pc].index if pc != t.group and pc in waited else 0
+            pairs = [(counters[c].index, len(counters[c].tasks)) for c in t.waits]
+            t.op.set_schedule(worker_of[t.index], position[t.index], pairs, counters[t.group].index, signal_phase)
+            n_waits += len(pairs)
+            phase_waits += sum(1 for c in t.waits if counters[c].whole_phase)
+        if next_counter > 0xFFFF:
+            raise PassFailedException(f"wpk-schedule: {next_counter} counters; signal_phase holds at most 65535")
+        beat = float(max(finish)) if finish else 0.0
         op.attributes["wpk.workers"] = IntegerAttr(self.workers, i64)
-        op.attributes["wpk.counters"] = IntegerAttr(len(phases) + 1, i64)
+        op.attributes["wpk.counters"] = IntegerAttr(next_counter, i64)
+        op.attributes["wpk.beat_us"] = FloatAttr(round(beat, 3), f64)
+        op.attributes["wpk.critical_path_us"] = FloatAttr(round(critical, 3), f64)
+        op.attributes["wpk.worker_load_us"] = ArrayAttr(
+            [FloatAttr(round(float(v), 3), f64) for v in (busy.min(), busy.mean(), busy.max())]
+        )
+        op.attributes["wpk.waits"] = IntegerAttr(n_waits, i64)
+        op.attributes["wpk.phase_waits"] = IntegerAttr(phase_waits, i64)
+
+
+def _cover(units: list[int], need: int, counters: list[_Counter], close) -> list[int]:
+    """Greedy: the units (latest phase first) whose signallers are needed and not already implied by the
+    closure of the units taken so far; then drop any taken unit the others imply."""
+    chosen, covered = [], 0
+    for c in units:
+        if need & counters[c].mask & ~covered:
+            chosen.append(c)
+            covered |= close(c)
+    for c in list(chosen):
+        others = 0
+        for d in chosen:
+            if d != c:
+                others |= close(d)
+        if need & counters[c].mask & ~others == 0:
+            chosen.remove(c)
+    return chosen

@@ -66,6 +66,7 @@ class TaskSpec:
     elems: tuple[int, int]
     waits: list[tuple[int, int]]
     signal: int
+    signal_phase: int = 0
 
 
 @dataclass
@@ -155,9 +156,10 @@ class ProfileBuilder:
         elems: tuple[int, int] | None = None,
         waits: list[tuple[int, int]] = (),
         signal: int | None = None,
+        signal_phase: int = 0,
     ) -> int:
         """Appends one task (a tile: ``sessions`` and flat output ``elems``, default all) to ``worker``'s
-        list; returns the counter it signals."""
+        list; returns the counter it signals (``signal_phase``, when not 0, is a second one)."""
         if signal is None:
             signal = self.counter()
         if len(waits) > MAX_WAITS:
@@ -172,6 +174,7 @@ class ProfileBuilder:
                 elems or (0, params.n_elems),
                 list(waits),
                 signal,
+                signal_phase,
             )
         )
         return signal
@@ -197,6 +200,7 @@ class ProfileBuilder:
             rec["worker"] = spec.worker
             rec["task"] = i
             rec["signal"] = spec.signal
+            rec["signal_phase"] = spec.signal_phase
             rec["n_waits"] = len(spec.waits)
             for k, (c, n) in enumerate(spec.waits):
                 rec["wait_counter"][k] = c

@@ -21,8 +21,8 @@ def phase_costs(body: str, workers: int = 3) -> dict[str, tuple[int, int]]:
     module = Parser(make_context(), f"func.func @m() {{\n{body}\nfunc.return\n}}").parse_module()
     run_pipeline(
         module,
-        f"wave-cohort{{sessions={SESSIONS}}},wave-to-wpk{{workers={workers}}},wpk-schedule{{workers={workers}}},"
-        "wpk-arena,wpk-payload",
+        f"wave-cohort{{sessions={SESSIONS}}},wave-to-wpk{{workers={workers}}},wpk-arena,"
+        f"wpk-schedule{{workers={workers}}},wpk-payload",
     )
     report = build_report(profile_from_module(module))
     return {p["name"].split("_")[0]: (p["flops"], p["bytes"]) for p in report["phases"]}

@@ -326,6 +326,48 @@ def test_missing_wait_is_exposed_by_some_seed():
     assert wrong, "the interpreter never ran the consumer before its producer"
 
 
+def two_counter_profile(phase_wait: bool):
+    """Producer tiles signal their session's group counter and a phase-wide counter (signal_phase); one
+    consumer per session waits on its group only, a last task on the whole phase."""
+    pb = ProfileBuilder(sessions=3, workers=3)
+    x = pb.input("x", (8,))
+    t = pb.act("t", (8,))
+    y = pb.output("y", (8,))
+    z = pb.output("z", (8,))
+    phase = pb.counter()
+    groups = [pb.counter() for _ in range(3)]
+    double = EwiseParams((8,), (1,), ((1,),), code("mul(%0, 2.0)"))
+    for s in range(3):
+        for e, w in (((0, 4), s), ((4, 8), (s + 1) % 3)):
+            pb.task(double, [x], t, worker=w, sessions=(s, s + 1), elems=e, signal=groups[s], signal_phase=phase)
+    copies = pb.counter()  # the consumers' phase (nobody waits on it: it names their phase)
+    for s in range(3):
+        pb.task(copy_params((8,)), [t], y, worker=(s + 2) % 3, sessions=(s, s + 1), waits=[(groups[s], 2)],
+                signal_phase=copies)
+    pb.task(copy_params((8,)), [t], z, worker=0, waits=[(phase, 6)] if phase_wait else [(groups[0], 2)])
+    return pb.build()
+
+
+def test_group_and_phase_counters_order_their_consumers():
+    from wavec.verify import verify_profile
+
+    profile = two_counter_profile(phase_wait=True)
+    verify_profile(profile)
+    f = frames_for(profile, np.random.default_rng(12), 2)
+    for seed in range(10):
+        got = run(profile, f, seed=seed)
+        np.testing.assert_array_equal(got["y"], 2 * f["x"])
+        np.testing.assert_array_equal(got["z"], 2 * f["x"])
+
+
+def test_a_group_wait_does_not_order_other_groups():
+    from wavec.errors import VerificationError
+    from wavec.verify import verify_profile
+
+    with pytest.raises(VerificationError, match="race"):
+        verify_profile(two_counter_profile(phase_wait=False))
+
+
 def test_same_seed_same_order():
     profile = producer_consumer(with_wait=False)
     orders = []

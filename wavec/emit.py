@@ -1,7 +1,8 @@
 """Profile emission: the final wpk module (after wpk-payload) to a `Profile` (wavec/profile.py).
 
 The payload table is the tasks' `payload` words sorted by (worker, order); `worker_tasks` gives each
-worker's row range. The weights arena image is assembled from the blob of named weights.
+worker's row range; ``schedule`` carries wpk-schedule's modeled beat time, critical path, worker load and
+wait counts. The weights arena image is assembled from the blob of named weights.
 """
 
 from __future__ import annotations
@@ -52,6 +53,22 @@ def _states(buffers: dict[str, wpk.BufferOp]) -> list[dict]:
             entry["init_offset"] = _offset(buffers[_attr_value(buf, "init")])
             states.append(entry)
     return states
+
+
+def schedule_summary(module: ModuleOp) -> dict:
+    """wpk-schedule's modeled facts (module attributes) for profile.json's ``schedule``: beat time and
+    critical path (us), per-worker load [min, mean, max] (us), wait slots used and full-phase waits."""
+    attrs = module.attributes
+    out: dict = {}
+    for key, name in (("wpk.beat_us", "beat_us"), ("wpk.critical_path_us", "critical_path_us")):
+        if key in attrs:
+            out[name] = float(attrs[key].value.data)
+    if "wpk.worker_load_us" in attrs:
+        out["worker_load_us"] = [float(a.value.data) for a in attrs["wpk.worker_load_us"].data]
+    for key, name in (("wpk.waits", "waits"), ("wpk.phase_waits", "phase_waits")):
+        if key in attrs:
+            out[name] = int(attrs[key].value.data)
+    return out
 
 
 def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[list[int]]]:
@@ -126,4 +143,7 @@ def profile_from_module(
         "phases": [{"name": p.sym_name.data, "op": p.op.data, "tasks": len(p.tasks)} for p in phases_of(module)],
         "bindings": bindings or {},
     }
+    schedule = schedule_summary(module)
+    if schedule:
+        meta["schedule"] = schedule
     return Profile(meta, payloads, params, weights_image(buffers, arena_bytes["weights"], weights), kernel_source)

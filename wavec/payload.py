@@ -3,8 +3,10 @@
 
 A task waits, before it starts in beat b (counted from 0 in the kernel's launch), until
 ``counter[wait_counter[i]] >= wait_count[i] * (b + 1)`` for each i < n_waits, and after it finishes
-increments ``counter[signal]``. Counters only grow, so they never need a reset between beats
-(Mirage MPK's event counters, ARCHITECTURE.md). Counter 0 is the end-of-beat counter every worker
+increments ``counter[signal]`` (its group's counter: the tasks of its phase covering its session range)
+and, when ``signal_phase`` is not 0, ``counter[signal_phase]`` (its phase-wide counter). A waiter on a
+counter waits for every task that signals it, through either field. Counters only grow, so they never
+need a reset between beats (Mirage MPK's event counters, ARCHITECTURE.md). Counter 0 is the end-of-beat counter every worker
 increments once per beat.
 """
 
@@ -20,11 +22,11 @@ BEAT_DONE_COUNTER = 0
 # (name, numpy base type, count, meaning). Order is the byte layout; every field is naturally aligned.
 FIELDS: tuple[tuple[str, str, int, str], ...] = (
     ("opcode", "u2", 1, "wavec.opcodes.Opcode"),
-    ("flags", "u2", 1, "reserved, 0"),
+    ("signal_phase", "u2", 1, "second counter incremented when the task is done (phase-wide), 0 = none"),
     ("worker", "u2", 1, "the block (SM) that runs the task"),
     ("n_waits", "u2", 1, "how many wait slots are used"),
     ("task", "u4", 1, "task id, unique in the profile"),
-    ("signal", "u4", 1, "counter incremented when the task is done"),
+    ("signal", "u4", 1, "counter incremented when the task is done (the task's group)"),
     ("wait_counter", "u4", MAX_WAITS, "counters waited on"),
     ("wait_count", "u4", MAX_WAITS, "signals per beat expected on each waited counter"),
     ("session_begin", "u4", 1, "first session slot of the tile"),

@@ -2,7 +2,8 @@
 
 The floor (ARCHITECTURE.md): each phase ideally takes max(FLOPs / peak fp32 rate, bytes / HBM bandwidth);
 the beat floor is the larger of the summed compute time, the summed memory time and the dependency chain
-(phases here form one chain, so the chain is the sum of per-phase ideal times).
+(counted here as if the phases formed one chain: the sum of per-phase ideal times). Beside it: wpk-schedule's
+modeled beat time, critical path and worker load (profile.json ``schedule``), and the wait counts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,40 @@ def _hw(name: str) -> dict | None:
         return None
 
 
+def wait_counts(profile: Profile) -> dict:
+    """``waits``: wait slots used by all tasks; ``grid_waits``: those on a counter that every task of a
+    phase of more than one session group signals (a whole-phase, grid-wide wait)."""
+    rec = profile.payloads
+    n = len(rec)
+    order = np.argsort(rec["task"], kind="stable")  # task ids follow program order
+    phase_of = np.full(n, -1, np.int64)
+    start = 0
+    phases = profile.meta.get("phases") or []
+    if sum(int(p["tasks"]) for p in phases) == n:
+        for i, p in enumerate(phases):
+            phase_of[order[start : start + int(p["tasks"])]] = i
+            start += int(p["tasks"])
+    signallers: dict[int, set] = {}
+    for r in range(n):
+        for c in (int(rec[r]["signal"]), int(rec[r]["signal_phase"])):
+            if c:
+                signallers.setdefault(c, set()).add(r)
+    whole = set()
+    for c, rows in signallers.items():
+        ph = {int(phase_of[r]) for r in rows}
+        if len(ph) == 1 and -1 not in ph:
+            members = np.flatnonzero(phase_of == next(iter(ph)))
+            groups = {(int(rec[r]["session_begin"]), int(rec[r]["session_end"])) for r in members}
+            if len(rows) == len(members) and len(groups) > 1:
+                whole.add(c)
+    waits = grid = 0
+    for r in range(n):
+        for i in range(int(rec[r]["n_waits"])):
+            waits += 1
+            grid += int(rec[r]["wait_counter"][i]) in whole
+    return {"waits": waits, "grid_waits": grid}
+
+
 def build_report(profile: Profile) -> dict:
     meta = profile.meta
     by_task = np.argsort(profile.payloads["task"], kind="stable")
@@ -38,12 +73,14 @@ def build_report(profile: Profile) -> dict:
         "workers": meta["workers"],
         "tasks": int(len(profile.payloads)),
         "phases": phases,
-        "grid_waits": sum(1 for p in phases[1:]),
+        **wait_counts(profile),
         "arena_bytes": meta["arena_bytes"],
         "act_lower_bound_bytes": meta.get("act_lower_bound"),
         "flops_per_beat": sum(p["flops"] for p in phases),
         "bytes_per_beat": sum(p["bytes"] for p in phases),
     }
+    if meta.get("schedule"):
+        report["schedule"] = dict(meta["schedule"])  # wpk-schedule's model: beat, critical path, load (us)
     hw = _hw(meta["hw"])
     if hw:
         peak, bw = float(hw["peak_flops_per_s"]["fp32"]), float(hw["hbm_bandwidth_bytes_per_s"])
@@ -60,7 +97,8 @@ def build_report(profile: Profile) -> dict:
 def format_report(report: dict) -> str:
     lines = [
         f"model {report['model']}: {report['sessions']} sessions, {report['workers']} workers, "
-        f"{report['tasks']} tasks in {len(report['phases'])} phases ({report['grid_waits']} grid-wide waits)",
+        f"{report['tasks']} tasks in {len(report['phases'])} phases ({report['waits']} waits, "
+        f"{report['grid_waits']} of them on a whole phase)",
         "arena bytes: " + ", ".join(f"{k} {v:,}" for k, v in report["arena_bytes"].items())
         + f" (activation lower bound {report['act_lower_bound_bytes']:,})",
         f"per beat: {report['flops_per_beat']:,} FLOPs, {report['bytes_per_beat']:,} bytes",
@@ -69,6 +107,13 @@ def format_report(report: dict) -> str:
         f = report["floor_us"]
         lines.append(
             f"physical floor: {f['beat']:.2f} us (compute {f['compute']:.2f}, memory {f['memory']:.2f}, chain {f['chain']:.2f})"
+        )
+    if report.get("schedule"):
+        sc = report["schedule"]
+        load = sc.get("worker_load_us") or [0.0, 0.0, 0.0]
+        lines.append(
+            f"modeled beat: {sc.get('beat_us', 0.0):.2f} us (critical path {sc.get('critical_path_us', 0.0):.2f} us; "
+            f"worker load min/mean/max {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} us)"
         )
     lines.append(f"{'phase':<28}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
     for p in report["phases"]:

@@ -27,8 +27,10 @@ the arena, the byte range, the kind of conflict and what to do):
 Beats are separated by a full barrier (counter 0), so state carried from beat b to b + 1 and the two
 halves of the double-buffered input and output need no further ordering.
 
-A phase is a named group of tasks from ``meta["phases"]`` when its ``tasks`` are lists of task ids that
-cover every task; otherwise (a count, as wavec.emit writes today) the tasks that signal one counter.
+A phase is a named group of tasks from ``meta["phases"]``: its ``tasks`` are a list of task ids, or a count
+(as wavec.emit writes: task ids follow program order, so phase i holds the next ``tasks`` ids) when the
+counts add up to the number of tasks; otherwise the tasks that signal one phase-wide counter
+(``signal_phase``), or one ``signal`` counter when they have none.
 """
 
 from __future__ import annotations
@@ -114,10 +116,20 @@ class _Verifier:
         phases = self.meta.get("phases") or []
         by_id = {int(t): r for r, t in enumerate(self.task_id)}
         key = np.full(self.n, -1, np.int64)
+        ids = np.sort(self.task_id)
+        counted = all(isinstance(ph, dict) and isinstance(ph.get("tasks"), int) for ph in phases)
+        if counted and sum(ph["tasks"] for ph in phases) != self.n:
+            counted = False
+        start = 0
         try:
             for i, ph in enumerate(phases):
                 label = f"{ph.get('name', i)}" + (f" ({ph['op']})" if ph.get("op") else "")
-                for t in ph.get("tasks", []):
+                if counted:  # a count: the phase's tasks are the next ids in program (task id) order
+                    members = ids[start : start + ph["tasks"]].tolist()
+                    start += ph["tasks"]
+                else:
+                    members = ph.get("tasks", [])
+                for t in members:
                     r = by_id[int(t)]
                     key[r] = i
                     self._phase_name[r] = label
@@ -127,7 +139,8 @@ class _Verifier:
         if self.n and (key >= 0).all():
             return key
         self._phase_name.clear()
-        return self.signal.copy() + (1 << 40)  # keys never collide with meta phase indices
+        sp = self.rec["signal_phase"].astype(np.int64)
+        return np.where(sp != 0, sp, self.signal) + (1 << 40)  # keys never collide with meta phase indices
 
     def name(self, r: int) -> str:
         rec = self.rec[r]
@@ -135,7 +148,8 @@ class _Verifier:
             op = Opcode(int(rec["opcode"])).name
         except ValueError:
             op = f"opcode {int(rec['opcode'])}"
-        phase = self._phase_name.get(r, f"signal counter {int(rec['signal'])}")
+        sp = int(rec["signal_phase"])
+        phase = self._phase_name.get(r, f"signal counter {sp or int(rec['signal'])}")
         return f"task {int(rec['task'])} ({op}, phase {phase}, worker {int(rec['worker'])}, row {r})"
 
     def short(self, r: int) -> str:
@@ -641,6 +655,7 @@ class _Verifier:
         hb = build_happens_before(
             self.worker_rows, self.signal, rec["wait_counter"].astype(np.int64), rec["wait_count"].astype(np.int64),
             rec["n_waits"].astype(np.int64), int(self.meta["n_counters"]), self.name,
+            rec["signal_phase"].astype(np.int64),
         )
         accesses = self.footprints()
         pairs, exact, intervals = self.races_and_dataflow(accesses, hb)

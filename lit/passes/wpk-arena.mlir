@@ -1,4 +1,4 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-schedule{workers=1},wpk-arena' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena,wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s
 
 // A chain a -> b -> c -> d: `a` is dead once `b` is computed, so `c` reuses its bytes; the activation
 // arena peaks at two live buffers (the lower bound), not four.
@@ -14,10 +14,10 @@ builtin.module attributes {wave.cohort = 2 : i64} {
   }
 }
 // CHECK:       wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 1024 : i64, input = 512 : i64, output = 512 : i64}, wpk.act_lower_bound = 1024 : i64
-// CHECK:       wpk.buffer "t[[A:[0-9]+]]" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 256 : i64, offset = [[OA:[0-9]+]] : i64}
-// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 256 : i64, offset = [[OB:[0-9]+]] : i64}
-// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 256 : i64, offset = [[OA]] : i64}
-// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 256 : i64, offset = [[OB]] : i64}
+// CHECK:       wpk.buffer "t[[A:[0-9]+]]" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OA:[0-9]+]] : i64}
+// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OB:[0-9]+]] : i64}
+// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OA]] : i64}
+// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OB]] : i64}
 
 // -----
 

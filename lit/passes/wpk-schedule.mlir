@@ -1,7 +1,9 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
 
-// Phase p signals counter p+1 (counter 0 ends the beat); each task of the next phase waits for every
-// task of the previous one: counter 1 reaching 2 signals per beat. Tasks are dealt round robin.
+// Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
+// session's copy reads only that session's relu tile and runs right after it on the same worker: the
+// worker order alone orders them, so no task waits and none signals a phase-wide counter.
 builtin.module attributes {wave.cohort = 4 : i64} {
   func.func @two_phases() {
     %x = wave.input "x" : tensor<4x8xf32>
@@ -10,13 +12,47 @@ builtin.module attributes {wave.cohort = 4 : i64} {
     func.return
   }
 }
-// CHECK:       wpk.counters = 3 : i64
+// CHECK:       wpk.counters = 9 : i64
+// CHECK-SAME:  wpk.waits = 0 : i64, wpk.phase_waits = 0 : i64
 // CHECK:       wpk.phase "ewise_1"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 2>{{.*}}worker = 0 : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64}
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 2, 4>{{.*}}worker = 1 : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64}
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = [[W0:[0-9]]] : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64, signal_phase = 0 : i64}
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64>, signal = 2 : i64, signal_phase = 0 : i64}
 // CHECK:       wpk.phase "output_y"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}worker = 0 : i64, order = 1 : i64, waits = array<i64: 1, 2>, signal = 2 : i64}
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}worker = 1 : i64, order = 1 : i64, waits = array<i64: 1, 2>, signal = 2 : i64}
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = [[W0]] : i64, order = 1 : i64, waits = array<i64>, signal = 5 : i64
+
+// -----
+
+// Tile-level dependencies: each session's row is computed by two tiles (on two workers); the matmul
+// tiles of session s wait for the 2 tiles of session s's group only (count 2), never for the whole
+// phase (count 4); so do the output copies, on the matmul's groups.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @rows() {
+    %x = wave.input "x" : tensor<2x1x8xf32>
+    %a = wave.ewise "exp(%0)"(%x) : (tensor<2x1x8xf32>) -> tensor<2x1x8xf32>
+    %w = wave.weight "w" : tensor<8x8xf32>
+    %m = wave.matmul %a, %w : (tensor<2x1x8xf32>, tensor<8x8xf32>) -> tensor<2x1x8xf32>
+    wave.output "m", %m : tensor<2x1x8xf32>
+    func.return
+  }
+}
+// CHECK:       wpk.phase_waits = 0 : i64
+// CHECK:       wpk.phase "ewise_1"
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>, elems = array<i64: 0, 4>{{.*}}signal = [[S0:[0-9]+]] : i64, signal_phase = 0 : i64}
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>, elems = array<i64: 4, 8>{{.*}}signal = [[S0]] : i64, signal_phase = 0 : i64}
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>, elems = array<i64: 0, 4>{{.*}}signal = [[S1:[0-9]+]] : i64, signal_phase = 0 : i64}
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>, elems = array<i64: 4, 8>{{.*}}signal = [[S1]] : i64, signal_phase = 0 : i64}
+// CHECK:       wpk.phase "matmul_3"
+// CHECK-NOT:     waits = array<i64: {{[0-9]+}}, 4>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[S0]], 2>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[S0]], 2>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[S1]], 2>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[S1]], 2>
+// CHECK:       wpk.phase "output_m"
+// CHECK-NOT:     waits = array<i64: {{[0-9]+}}, 4>
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[M0:[0-9]+]], 2>
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[M0]], 2>
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[M1:[0-9]+]], 2>
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[M1]], 2>
 
 // -----
 
@@ -24,3 +60,6 @@ builtin.module attributes {wave.cohort = 4 : i64} {
 builtin.module {
 }
 // CHECK: wave-to-wpk: the module has no wave.cohort attribute; run wave-cohort first
+
+// The dependencies come from the placed offsets: without wpk-arena the pass refuses.
+// NOARENA: wpk-schedule: buffers have no arena offsets; run wpk-arena first

@@ -1,4 +1,4 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-schedule{workers=2},wpk-arena,wpk-payload,wpk-verify' | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify' | filecheck %s
 // RUN: wavec-opt %S/Inputs/wpk-verify-race.mlir -p wpk-verify --verify-diagnostics | filecheck %s --check-prefix=RACE
 
 // The pipeline's own schedule verifies: the pass leaves the program unchanged.
@@ -11,8 +11,10 @@ builtin.module attributes {wave.cohort = 2 : i64} {
   }
 }
 // CHECK:       wpk.phase "ewise_1"
+// Session 0's copy runs on the worker that computed session 0's relu, right after it: worker order alone
+// orders them, so it waits on nothing.
 // CHECK:       wpk.phase "output_y"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}waits = array<i64: 1, 2>
+// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = 0 : i64, order = 1 : i64, waits = array<i64>
 
 // The same program with session 0's copy moved to worker 1 and its wait dropped: it reads what worker 0
 // writes with nothing ordering the two (Inputs/wpk-verify-race.mlir).

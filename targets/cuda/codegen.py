@@ -17,7 +17,8 @@ Protocol between this kernel and the host runtime (targets/cuda/runtime.py), ver
 
 State reset is the program's job, as in the interpreter: the runtime writes the reset flags into the input
 arena and the compiled tasks read them. The runtime initializes every state slot once, before the launch.
-A task whose ``signal`` is counter 0 (the end-of-beat counter) signals nothing.
+A task whose ``signal`` is counter 0 (the end-of-beat counter) signals nothing; a task whose
+``signal_phase`` is not 0 also increments that counter (its phase-wide counter), each with a release.
 
 Only block 0 polls host memory; it mirrors the epoch into device memory for the other blocks, so an idle
 cohort costs one PCIe poller rather than one per SM.
@@ -32,7 +33,7 @@ from string import Template
 from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
-PROTOCOL = 2  # 2: the kernel takes the optional per-task trace buffer
+PROTOCOL = 3  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 BLOCK_THREADS = 256
@@ -140,7 +141,8 @@ $protocol_marker
 //
 // One block per SM, resident for the whole process. Every beat, each block runs its static list of tasks
 // (worker_tasks[blockIdx.x]); a task waits until counter[wait_counter[i]] >= wait_count[i] * (beat + 1)
-// (acquire), runs its body with every thread of the block, then increments counter[signal] (release).
+// (acquire), runs its body with every thread of the block, then increments counter[signal] and, unless 0,
+// counter[signal_phase] (release).
 // Counters only grow; comparisons are wrap-safe, so a process may run for 2^32 beats and beyond.
 #include <stdint.h>
 
@@ -746,6 +748,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       __syncthreads();
       if (control != kReached) return;
       const unsigned signal = task.signal;  // read before the next iteration overwrites `task`
+      const unsigned signal_phase = task.signal_phase;
       if (trace && threadIdx.x == 0) trace[kTraceWords * i + 1] = global_timer_ns();
       run_task(task, params, arena_base, out_epoch, beat);
       __syncthreads();
@@ -753,6 +756,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       if (threadIdx.x == 0 && signal != kBeatDoneCounter) {
         __threadfence();
         red_release_gpu(&counters[signal], 1u);
+        if (signal_phase != 0u) red_release_gpu(&counters[signal_phase], 1u);
       }
     }
 

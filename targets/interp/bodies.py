@@ -59,6 +59,7 @@ class TaskPlan:
     out: Operand
     waits: tuple[tuple[int, int], ...]  # (counter, signals per beat)
     signal: int
+    signal_phase: int = 0  # a second counter the task increments (its phase's), 0 = none
 
     @property
     def n_sessions(self) -> int:

@@ -2,7 +2,8 @@
 
 It runs the exact bytes the GPU runs (payloads.bin, params.bin, weights.bin, the arena offsets) but in a
 random order that respects only the declared dependencies: a worker's tasks run in its list order, and a
-task starts in beat b only once ``counter[wait_counter[i]] >= wait_count[i] * (b + 1)`` for each wait
+task starts in beat b only once ``counter[wait_counter[i]] >= wait_count[i] * (b + 1)`` for each wait,
+and when it finishes increments ``counter[signal]`` and, unless 0, ``counter[signal_phase]``
 (wavec/payload.py). Which ready worker goes next is drawn from ``np.random.default_rng(seed)``, so a
 missing wait shows up as a wrong result for some seeds, and a wait nobody can satisfy as a deadlock error.
 
@@ -80,7 +81,8 @@ def plan_tasks(profile: Profile) -> list[TaskPlan]:
             raise RuntimeBackendError(f"{where}: n_waits {n_waits} > {MAX_WAITS}")
         waits = tuple((int(rec["wait_counter"][i]), int(rec["wait_count"][i])) for i in range(n_waits))
         signal = int(rec["signal"])
-        for c in [signal, *(c for c, _ in waits)]:
+        signal_phase = int(rec["signal_phase"])
+        for c in [signal, signal_phase, *(c for c, _ in waits)]:
             if c >= n_counters:
                 raise RuntimeBackendError(f"{where}: counter {c} but the profile has n_counters = {n_counters}")
         plans.append(
@@ -96,6 +98,7 @@ def plan_tasks(profile: Profile) -> list[TaskPlan]:
                 out=operand(OUT),
                 waits=waits,
                 signal=signal,
+                signal_phase=signal_phase,
             )
         )
     return plans
@@ -117,7 +120,7 @@ class Interpreter:
         self._check_workers()
         self._ends = [e for _, e in self.worker_rows]
         self._waits = [plan.waits for plan in self.plans]
-        self._signals = [plan.signal for plan in self.plans]
+        self._signals = [(plan.signal, plan.signal_phase) if plan.signal_phase else (plan.signal,) for plan in self.plans]
         self._kernels: list = [None] * len(self.plans)  # prepare_task's runner per row, made on first run
         self._cache = TaskCache()
         self.counters = [0] * int(self.meta["n_counters"])
@@ -281,9 +284,10 @@ class Interpreter:
             run(mem)
             order.append(row)
             head[w] = row + 1
-            signal = signals[row]
-            counters[signal] += 1
-            wake(signal)
+            for signal in signals[row]:
+                counters[signal] += 1
+            for signal in signals[row]:
+                wake(signal)
             consider(w)
         if any(waiting.values()):
             raise RuntimeBackendError(self._deadlock_message(head))

@@ -4,7 +4,8 @@ Within a beat, task A happens before task B when
 - A precedes B in the same worker's list (``worker_tasks`` order), or
 - B waits on counter c and A signals c: a wait ``counter[c] >= k * (b + 1)`` passes only once every one of
   the k signallers of c has finished this beat, provided exactly k tasks signal c (checked here: fewer
-  never lets the wait pass, more lets it pass before all of them finish),
+  never lets the wait pass, more lets it pass before all of them finish). A task signals up to two
+  counters: ``signal`` and, when not 0, ``signal_phase``; it is a signaller of both,
 and transitively. Counter 0 is the end-of-beat counter the workers increment; no task may wait on it or
 signal it. Beats are separated by a full barrier, so this relation is all a verifier needs.
 
@@ -63,11 +64,14 @@ def build_happens_before(
     n_waits: np.ndarray,
     n_counters: int,
     name: Callable[[int], str] = lambda r: f"payload row {r}",
+    signal_phase: np.ndarray | None = None,
 ) -> HappensBefore:
     """The relation for payload rows grouped by ``worker_rows`` ([begin, end) per worker, execution
-    order). ``wait_counter``/``wait_count`` are [n, MAX_WAITS]; ``name(row)`` describes a task in messages."""
+    order). ``wait_counter``/``wait_count`` are [n, MAX_WAITS]; ``signal_phase`` (0: none) is each row's
+    second signalled counter; ``name(row)`` describes a task in messages."""
     n = len(signal)
     signal = np.asarray(signal, np.int64)
+    second = np.zeros(n, np.int64) if signal_phase is None else np.asarray(signal_phase, np.int64)
     # ---- counters: range, signallers, wait targets
     for r in range(n):
         c = int(signal[r])
@@ -78,9 +82,19 @@ def build_happens_before(
             )
         if c >= n_counters:
             raise HappensBeforeError(f"{name(r)} signals counter {c}, but the profile has n_counters = {n_counters}")
-    order = np.argsort(signal, kind="stable")
-    cs, starts = np.unique(signal[order], return_index=True)
-    signallers = {int(c): order[s:e] for c, s, e in zip(cs, starts, np.r_[starts[1:], n])}
+        c2 = int(second[r])
+        if c2 >= n_counters or c2 < 0:
+            raise HappensBeforeError(f"{name(r)} signals (signal_phase) counter {c2}, but the profile has n_counters = {n_counters}")
+        if c2 == c:
+            raise HappensBeforeError(
+                f"{name(r)} signals counter {c} twice (signal and signal_phase): it would count as two tasks. "
+                "Set signal_phase to 0"
+            )
+    rows = np.r_[np.arange(n, dtype=np.int64), np.flatnonzero(second != BEAT_DONE_COUNTER)]
+    sig = np.r_[signal, second[second != BEAT_DONE_COUNTER]]
+    order = np.argsort(sig, kind="stable")
+    cs, starts = np.unique(sig[order], return_index=True)
+    signallers = {int(c): np.sort(rows[order[s:e]]) for c, s, e in zip(cs, starts, np.r_[starts[1:], len(sig)])}
     waits: list[list[int]] = [[] for _ in range(n)]
     edges = 0
     for r in range(n):
@@ -129,9 +143,12 @@ def build_happens_before(
             indeg[r] += 1
             edges += 1
     for r in range(n):
-        node = cnode[int(signal[r])]
-        succ[r].append(node)
-        indeg[node] += 1
+        for c in (int(signal[r]), int(second[r])):
+            if c == BEAT_DONE_COUNTER:
+                continue
+            node = cnode[c]
+            succ[r].append(node)
+            indeg[node] += 1
         for c in waits[r]:
             succ[cnode[c]].append(r)
             indeg[r] += 1
