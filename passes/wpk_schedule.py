@@ -164,6 +164,17 @@ def _bits(indices) -> int:
     return m
 
 
+def _barrier_per_phase(tasks: list[_Task], phases: list[list[int]]) -> None:
+    """The baseline: each task depends on every task of the previous phase that has tasks, so every
+    phase boundary is a grid-wide barrier (ordering with earlier phases follows transitively)."""
+    previous: list[int] = []
+    for members in phases:
+        for i in members:
+            tasks[i].deps = set(previous)
+        if members:
+            previous = members
+
+
 @dataclass(frozen=True)
 class WpkSchedule(ModulePass):
     """Tile-level counter dependencies from exact footprints and a critical-path list schedule."""
@@ -175,6 +186,11 @@ class WpkSchedule(ModulePass):
     hbm_bandwidth: float = field(default=0.0, metadata={"help": "device HBM bytes/s (0: the target's)"})
     task_overhead_us: float = field(default=0.3, metadata={"help": "fixed cost of one task (fetch, waits, signal)"})
     handoff_us: float = field(default=-1.0, metadata={"help": "latency of a wait across workers (<0: the target's)"})
+    granularity: str = field(
+        default="tile",
+        metadata={"help": "tile: wait only for the tiles whose bytes a task touches; phase: every task waits for "
+                          "the whole previous phase (a grid-wide barrier per op, the baseline)"},
+    )
 
     def _rates(self) -> tuple[float, float, float]:
         """(FLOP/s, bytes/s) of one SM and the cross-worker handoff in microseconds."""
@@ -246,8 +262,12 @@ class WpkSchedule(ModulePass):
                 members.append(len(tasks))
                 tasks.append(_Task(t, len(tasks), p))
             phases.append(members)
+        if self.granularity not in ("tile", "phase"):
+            raise PassFailedException(f"wpk-schedule: granularity must be tile or phase, got {self.granularity!r}")
         _footprints(tasks, buffers, bases)
         _dependencies(tasks, phases, total)
+        if self.granularity == "phase":
+            _barrier_per_phase(tasks, phases)
         for t in tasks:
             t.cost = self.task_overhead_us + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
 

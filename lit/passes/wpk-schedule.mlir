@@ -63,3 +63,22 @@ builtin.module {
 
 // The dependencies come from the placed offsets: without wpk-arena the pass refuses.
 // NOARENA: wpk-schedule: buffers have no arena offsets; run wpk-arena first
+
+// -----
+
+// The baseline schedule (granularity=phase): every task of a phase waits for every task of the one
+// before it, a grid-wide barrier per op (GPU measurements compare it with the tile-level default). Here
+// each copy already follows its own session's relu on its worker, so it waits on the other worker's
+// tile too, which the tile-level schedule (first case) does not.
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2 granularity=phase}' --verify-diagnostics | filecheck %s --check-prefix=PHASE
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @barrier_baseline() {
+    %x = wave.input "x" : tensor<2x8xf32>
+    %y = wave.ewise "relu(%0)"(%x) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+    wave.output "z", %y : tensor<2x8xf32>
+    func.return
+  }
+}
+// PHASE-LABEL: wpk.phase "output_z"
+// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: 2, 1>
+// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: 1, 1>
