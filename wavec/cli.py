@@ -5,7 +5,7 @@
                   [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz
-    wavec report DIR [--json]
+    wavec report DIR [--json] [--gantt FILE.png]
     wavec verify DIR
     wavec payload-layout [--json]
     wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
@@ -232,7 +232,29 @@ def cmd_report(args) -> int:
     profile = load(args.profile)
     report = build_report(profile)  # always from the payloads: a stale report.json cannot mislead
     print(json.dumps(report, indent=1) if args.json else format_report(report))
+    if args.gantt:
+        write_gantt(profile, Path(args.gantt))
     return 0
+
+
+def write_gantt(profile, path: Path) -> None:
+    from wavec.analysis.timeline import gantt_png, model_timeline
+    from wavec.hw import load_hw
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise WavecError("--gantt needs matplotlib: python3 -m pip install matplotlib") from e
+    if path.suffix.lower() != ".png":
+        raise WavecError(f"--gantt {path}: the picture is a PNG; name the file *.png")
+    if not path.parent.is_dir():
+        raise WavecError(f"--gantt {path}: folder {path.parent} does not exist")
+    try:
+        timeline = model_timeline(profile, load_hw(profile.meta["hw"]))
+    except ValueError as e:
+        raise WavecError(f"--gantt: {e}; run `wavec verify` on the profile") from e
+    write_atomically(path, lambda f: gantt_png(profile, timeline, f), binary=True)
+    print(f"wrote {path}: modeled beat {timeline.beat_us:.1f} us over {profile.meta['workers']} workers")
 
 
 def cmd_verify(args) -> int:
@@ -299,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print a profile's report")
     p.add_argument("profile")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--gantt", metavar="FILE.png", help="also draw the modeled schedule: workers x time (matplotlib)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("verify", help="prove a profile race-free and its sessions isolated")

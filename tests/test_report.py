@@ -1,0 +1,43 @@
+"""The report's schedule facts: the modeled timeline replayed from the payloads alone agrees with the
+model wpk-schedule planned with, and the Gantt picture is written as a PNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import wavec
+from wavec.analysis.timeline import model_timeline
+from wavec.cli import main as wavec_main
+from wavec.hw import load_hw
+from wavec.models import silero_vad_path
+
+
+@pytest.fixture(scope="module")
+def silero(tmp_path_factory):
+    profile = wavec.compile(silero_vad_path(), sessions=8, bindings={"sr": 16000}, frames={"input": 576},
+                            states=[("state", "stateN")])
+    return profile, profile.save(tmp_path_factory.mktemp("r") / "vad.profile")
+
+
+def test_replayed_timeline_matches_the_schedulers_model(silero):
+    profile, _ = silero
+    timeline = model_timeline(profile, load_hw("h200"))
+    assert timeline.beat_us == pytest.approx(profile.meta["schedule"]["beat_us"], abs=1e-3)  # meta keeps 3 decimals
+    # Every task starts after its worker's previous task ends.
+    for begin, end in profile.meta["worker_tasks"]:
+        assert np.all(timeline.start_us[begin + 1 : end] >= timeline.end_us[begin : end - 1] - 1e-9)
+
+
+def test_gantt_png(silero, tmp_path, capsys):
+    _, directory = silero
+    out = tmp_path / "schedule.png"
+    assert wavec_main(["report", str(directory), "--gantt", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert "modeled beat" in capsys.readouterr().out
+
+
+def test_gantt_wants_a_png_name(silero, tmp_path, capsys):
+    _, directory = silero
+    assert wavec_main(["report", str(directory), "--gantt", str(tmp_path / "schedule.svg")]) == 1
+    assert "name the file *.png" in capsys.readouterr().err
