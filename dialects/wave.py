@@ -193,20 +193,57 @@ class EwiseOp(IRDLOperation):
             raise VerifyException(f"wave.ewise: inputs {shapes} do not broadcast to the result shape {list(out)}")
 
 
+def _verify_epilogue(op: IRDLOperation) -> None:
+    """An optional ``epilogue`` expression applied per output element: ``%0`` is the op's own value,
+    ``%1..`` its ``epilogue_inputs`` (broadcast to the result shape, as wave.ewise's inputs are)."""
+    extras = list(op.epilogue_inputs)
+    if op.epilogue is None:
+        if extras:
+            raise VerifyException(f"{op.name}: epilogue inputs without an epilogue expression")
+        return
+    try:
+        expr = parse_expr(op.epilogue.data)
+    except ValueError as e:
+        raise VerifyException(f"{op.name}: epilogue: {e}") from e
+    used = expr.inputs()
+    if used and max(used) > len(extras):
+        raise VerifyException(
+            f"{op.name}: epilogue uses %{max(used)} but the op has {len(extras)} epilogue inputs (%1..%{len(extras)})"
+        )
+    out = shape_of(op.result)
+    shapes = [shape_of(v) for v in extras]
+    if broadcast_shapes([*shapes, out]) != out:
+        raise VerifyException(f"{op.name}: epilogue inputs {shapes} do not broadcast to the result shape {list(out)}")
+
+
+def epilogue_text(op: IRDLOperation) -> str | None:
+    """The op's epilogue expression, or None."""
+    return op.epilogue.data if op.epilogue is not None else None
+
+
 @irdl_op_definition
 class MatmulOp(IRDLOperation):
-    """numpy ``matmul(a, b)`` for operands of rank >= 2 (batch axes broadcast)."""
+    """numpy ``matmul(a, b)`` for operands of rank >= 2 (batch axes broadcast), then the optional
+    ``epilogue`` (``wave-fuse`` folds a bias, an activation or a residual into it)."""
 
     name = "wave.matmul"
     a = operand_def(TensorType)
     b = operand_def(TensorType)
+    epilogue_inputs = var_operand_def(TensorType)
+    epilogue = opt_prop_def(StringAttr)
     result = result_def(TensorType)
-    assembly_format = "$a `,` $b attr-dict `:` functional-type(operands, $result)"
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$a `,` $b (`epilogue` $epilogue^ `(` $epilogue_inputs `)`)? attr-dict `:` functional-type(operands, $result)"
+    )
 
-    def __init__(self, a: SSAValue, b: SSAValue, shape: Sequence[int]):
-        super().__init__(operands=[a, b], result_types=[tensor(shape)])
+    def __init__(self, a: SSAValue, b: SSAValue, shape: Sequence[int], epilogue: str | None = None,
+                 epilogue_inputs: Sequence[SSAValue] = ()):
+        props = {"epilogue": StringAttr(epilogue)} if epilogue is not None else {}
+        super().__init__(operands=[a, b, list(epilogue_inputs)], result_types=[tensor(shape)], properties=props)
 
     def verify_(self) -> None:
+        _verify_epilogue(self)
         sa, sb, out = shape_of(self.a), shape_of(self.b), shape_of(self.result)
         if len(sa) < 2 or len(sb) < 2:
             raise VerifyException(f"wave.matmul: operands must have rank >= 2, got {list(sa)} and {list(sb)}")
@@ -231,27 +268,37 @@ class ConvOp(IRDLOperation):
     x = operand_def(TensorType)
     w = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
+    epilogue_inputs = var_operand_def(TensorType)
+    epilogue = opt_prop_def(StringAttr)
     result = result_def(TensorType)
     strides = prop_def(DenseArrayBase)
     pads = prop_def(DenseArrayBase)
     dilations = prop_def(DenseArrayBase)
     group = prop_def(IntegerAttr)
     irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
-    assembly_format = "$x `,` $w (`bias` $bias^)? attr-dict `:` type($x) `,` type($w) (`,` type($bias)^)? `->` type($result)"
+    assembly_format = (
+        "$x `,` $w (`bias` $bias^)? (`epilogue` $epilogue^ `(` $epilogue_inputs `)`)? attr-dict `:` type($x) `,` "
+        "type($w) (`,` type($bias)^)? (`epilogue` `(` type($epilogue_inputs)^ `)`)? `->` type($result)"
+    )
 
-    def __init__(self, x, w, bias, shape, strides, pads, dilations, group: int):
+    def __init__(self, x, w, bias, shape, strides, pads, dilations, group: int, epilogue: str | None = None,
+                 epilogue_inputs: Sequence[SSAValue] = ()):
+        props = {
+            "strides": i64_array(strides),
+            "pads": i64_array(pads),
+            "dilations": i64_array(dilations),
+            "group": IntegerAttr(group, i64),
+        }
+        if epilogue is not None:
+            props["epilogue"] = StringAttr(epilogue)
         super().__init__(
-            operands=[x, w, [bias] if bias is not None else []],
+            operands=[x, w, [bias] if bias is not None else [], list(epilogue_inputs)],
             result_types=[tensor(shape)],
-            properties={
-                "strides": i64_array(strides),
-                "pads": i64_array(pads),
-                "dilations": i64_array(dilations),
-                "group": IntegerAttr(group, i64),
-            },
+            properties=props,
         )
 
     def verify_(self) -> None:
+        _verify_epilogue(self)
         sx, out = shape_of(self.x), shape_of(self.result)
         st, pd, dl = (tuple(a.get_values()) for a in (self.strides, self.pads, self.dilations))
         nsp = len(st)

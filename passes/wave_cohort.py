@@ -39,17 +39,38 @@ def _shift_axes(op: Operation) -> None:
         op.properties["perm"] = wave.i64_array([0, *(p + 1 for p in op.perm.get_values())])
 
 
-def _align_operand_ranks(node: wave.EwiseOp, per_session: set[SSAValue]) -> None:
-    """A per-session operand of lower rank than the result gets unit axes after the cohort axis, so that
-    numpy broadcasting still pairs its axes with the result's (`[N, 4]` beside `[N, 2, 4]` becomes `[N, 1, 4]`)."""
-    rank = len(wave.shape_of(node.result))
+def _align_operand_ranks(node: Operation, per_session: set[SSAValue], first: int = 0) -> None:
+    """A per-session operand (from index `first`: a matmul's or conv's epilogue inputs) of lower rank than
+    the result gets unit axes after the cohort axis, so that numpy broadcasting still pairs its axes with
+    the result's (`[N, 4]` beside `[N, 2, 4]` becomes `[N, 1, 4]`)."""
+    rank = len(wave.shape_of(node.results[0]))
     for i, operand in enumerate(node.operands):
+        if i < first:
+            continue
         shape = wave.shape_of(operand)
         if operand in per_session and len(shape) < rank:
             reshape = wave.ReshapeOp(operand, (shape[0], *[1] * (rank - len(shape)), *shape[1:]))
             Rewriter.insert_op(reshape, InsertPoint.before(node))
             node.operands[i] = reshape.result
             per_session.add(reshape.result)
+
+
+def _split_epilogue(node: Operation, per_session: set[SSAValue]) -> list[Operation] | None:
+    """A matmul / conv whose own operands are all shared but whose epilogue reads a per-session value
+    computes a shared value, then the per-session epilogue: the epilogue becomes a `wave.ewise` again."""
+    n_extra = len(node.epilogue_inputs)
+    own = list(node.operands[: len(node.operands) - n_extra])
+    if not n_extra or any(v in per_session for v in own) or not any(v in per_session for v in node.epilogue_inputs):
+        return None
+    shape = wave.shape_of(node.result)
+    if isinstance(node, wave.MatmulOp):
+        bare = wave.MatmulOp(own[0], own[1], shape)
+    else:
+        bare = wave.ConvOp(own[0], own[1], node.bias, shape, node.strides.get_values(), node.pads.get_values(),
+                           node.dilations.get_values(), node.group.value.data)
+    epi = wave.EwiseOp(node.epilogue.data, [bare.result, *node.epilogue_inputs], shape)
+    Rewriter.replace_op(node, [bare, epi])
+    return [bare, epi]
 
 
 def _needs_cohort_operands(op: Operation) -> bool:
@@ -70,15 +91,26 @@ class WaveCohort(ModulePass):
             raise PassFailedException(f"wave-cohort: the module already has {wave.COHORT_ATTR} = {wave.cohort_size(op)}")
         per_session: set[SSAValue] = set()
         for node in list(wave.graph_block(op).ops):
-            if _needs_cohort_operands(node):
-                self._broadcast_shared_operands(node, per_session)
-            if isinstance(node, (wave.InputOp, wave.StateOp)) or any(v in per_session for v in node.operands):
-                _shift_axes(node)
-                for res in list(node.results):
-                    per_session.add(Rewriter.replace_value_with_new_type(res, _with_cohort(res, self.sessions)))
-                if isinstance(node, wave.EwiseOp):
-                    _align_operand_ranks(node, per_session)
+            if isinstance(node, (wave.MatmulOp, wave.ConvOp)):
+                split = _split_epilogue(node, per_session)
+                if split:
+                    for part in split:
+                        self._visit(part, per_session)
+                    continue
+            self._visit(node, per_session)
         op.attributes[wave.COHORT_ATTR] = IntegerAttr(self.sessions, i64)
+
+    def _visit(self, node: Operation, per_session: set[SSAValue]) -> None:
+        if _needs_cohort_operands(node):
+            self._broadcast_shared_operands(node, per_session)
+        if isinstance(node, (wave.InputOp, wave.StateOp)) or any(v in per_session for v in node.operands):
+            _shift_axes(node)
+            for res in list(node.results):
+                per_session.add(Rewriter.replace_value_with_new_type(res, _with_cohort(res, self.sessions)))
+            if isinstance(node, wave.EwiseOp):
+                _align_operand_ranks(node, per_session)
+            elif isinstance(node, (wave.MatmulOp, wave.ConvOp)) and len(node.epilogue_inputs):
+                _align_operand_ranks(node, per_session, len(node.operands) - len(node.epilogue_inputs))
 
     def _broadcast_shared_operands(self, node: Operation, per_session: set[SSAValue]) -> None:
         for i, operand in enumerate(node.operands):

@@ -6,6 +6,13 @@ write and re-read. Right-aligned broadcasting composes, so the fused op broadcas
 the user's shape directly. A producer with any other use (a state write, an output, a second reader) is
 kept; a fusion that would exceed `max-inputs` (at most the task's input slots, wavec.opcodes.MAX_INPUTS)
 is skipped.
+
+Epilogues: a `wave.ewise` that reads the result of a `wave.matmul` or `wave.conv` with no other use, and
+whose result has the producer's shape, is folded into the producer as its `epilogue` (bias, activation,
+residual): `relu(add(%0, %1))(%mm, %bias)` becomes `wave.matmul ... epilogue "relu(add(%0, %1))"(%bias)`,
+where `%0` is the accumulated value and the user's other inputs become the producer's epilogue inputs. An
+existing epilogue composes. The fused op's inputs (the producer's own plus the extras) stay within
+`max-inputs`; a producer read twice, or written to state or output, keeps its value and is not fused.
 """
 
 from __future__ import annotations
@@ -60,9 +67,54 @@ class FuseElementwiseProducer(RewritePattern):
             return
 
 
+def _own_operands(op: wave.MatmulOp | wave.ConvOp) -> list:
+    n_extra = len(op.epilogue_inputs)
+    return list(op.operands[: len(op.operands) - n_extra])
+
+
+class FuseEpilogue(RewritePattern):
+    """Folds a single-use matmul / conv result's elementwise user into the producer as its epilogue."""
+
+    def __init__(self, max_inputs: int):
+        self.max_inputs = max_inputs
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
+        for index, operand in enumerate(user.inputs):
+            producer = operand.owner
+            if not isinstance(producer, (wave.MatmulOp, wave.ConvOp)) or not operand.has_one_use():
+                continue
+            if wave.shape_of(user.result) != wave.shape_of(producer.result):
+                continue
+            own = _own_operands(producer)
+            extras = list(producer.epilogue_inputs)
+            for i, v in enumerate(user.inputs):
+                if i != index and v not in extras:
+                    extras.append(v)
+            if len(own) + len(extras) > self.max_inputs:
+                continue
+            # %0 is the accumulator; the producer's epilogue (if any) keeps its %k, the user's inputs map after.
+            inner = parse_expr(producer.epilogue.data) if producer.epilogue is not None else Expr("input", 0)
+            user_map = {i: Expr("input", 1 + extras.index(v)) for i, v in enumerate(user.inputs) if i != index}
+            expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
+            shape = wave.shape_of(producer.result)
+            if isinstance(producer, wave.MatmulOp):
+                fused = wave.MatmulOp(own[0], own[1], shape, str(expr), extras)
+            else:
+                fused = wave.ConvOp(own[0], own[1], producer.bias, shape, producer.strides.get_values(),
+                                    producer.pads.get_values(), producer.dilations.get_values(),
+                                    producer.group.value.data, str(expr), extras)
+            fused.attributes.update(producer.attributes)
+            # The fused op takes the user's place: every extra input dominates the user.
+            rewriter.replace(user, fused)
+            rewriter.erase(producer)
+            return
+
+
 @dataclass(frozen=True)
 class WaveFuse(ModulePass):
-    """Fuses single-use elementwise producers into their elementwise users."""
+    """Fuses single-use elementwise producers into their elementwise users, and elementwise users of
+    single-use matmul / conv results into those ops as epilogues."""
 
     name = "wave-fuse"
     max_inputs: int = field(
@@ -73,6 +125,8 @@ class WaveFuse(ModulePass):
         if not 1 <= self.max_inputs <= MAX_INPUTS:
             raise PassFailedException(f"wave-fuse: max-inputs must be between 1 and {MAX_INPUTS}, got {self.max_inputs}")
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([FuseElementwiseProducer(self.max_inputs)], dce_enabled=False),
+            GreedyRewritePatternApplier(
+                [FuseElementwiseProducer(self.max_inputs), FuseEpilogue(self.max_inputs)], dce_enabled=False
+            ),
             apply_recursively=True,
         ).rewrite_module(op)

@@ -33,6 +33,8 @@ from wavec.opcodes import (
     Expr,
     ConvParams,
     EwiseParams,
+    NO_EPILOGUE,
+    Epilogue,
     MatmulParams,
     ReduceParams,
     compile_expr,
@@ -181,7 +183,21 @@ def _source_name(op: Operation, index: int) -> str:
 # ---- per-op lowering ------------------------------------------------------------------------------
 
 
-def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc) -> tuple:
+def _epilogue(op: wave.MatmulOp | wave.ConvOp, extras: list[Loc], out: Loc) -> Epilogue:
+    """The op's epilogue over the output's session shape (the extras broadcast to the result like a
+    wave.ewise's inputs), or the identity."""
+    if op.epilogue is None:
+        return NO_EPILOGUE
+    full = wave.shape_of(op.result)
+    ps = out.per_session
+    return Epilogue(
+        shape=out.session_shape,
+        strides=tuple(broadcast_strides(e, full, ps) for e in extras),
+        code=tuple(compile_expr(parse_expr(op.epilogue.data))),
+    )
+
+
+def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc, extras: list[Loc]) -> tuple:
     full = wave.shape_of(op.result)
     ps = out.per_session
     k = wave.shape_of(op.a)[-1]
@@ -207,11 +223,14 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc) ->
         out_strides=contiguous_strides(out.session_shape),
         a_strides=operand_strides(a, "a"),
         b_strides=operand_strides(b, "b"),
+        epilogue=_epilogue(op, extras, out),
     )
-    return params, [a, b], out
+    return params, [a, b, *extras], out
 
 
 def _lower_conv(lw: _Lowering, op: wave.ConvOp, ins: list[Loc], out: Loc) -> tuple:
+    n_extra = len(op.epilogue_inputs)
+    ins, extras = (ins[: len(ins) - n_extra], ins[len(ins) - n_extra :]) if n_extra else (ins, [])
     sw = ins[1].session_shape
     nsp = len(op.strides.get_values())
     xs, os_ = ins[0].session_shape, out.session_shape
@@ -228,8 +247,9 @@ def _lower_conv(lw: _Lowering, op: wave.ConvOp, ins: list[Loc], out: Loc) -> tup
         stride=tuple(op.strides.get_values()),
         pad_begin=pads[:nsp],
         dilation=tuple(op.dilations.get_values()),
+        epilogue=_epilogue(op, extras, out),
     )
-    return params, ins, out
+    return params, [*ins, *extras], out
 
 
 def _lower_reduce(lw: _Lowering, op: wave.ReduceOp, x: Loc, out: Loc) -> tuple:
@@ -353,7 +373,7 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         if len(ins) > MAX_INPUTS:
             raise PassFailedException(f"wave-to-wpk: wave.ewise has {len(ins)} inputs, a task takes {MAX_INPUTS}")
     elif isinstance(op, wave.MatmulOp):
-        parts = [_lower_matmul(lw, op, ins[0], ins[1], out)]
+        parts = [_lower_matmul(lw, op, ins[0], ins[1], out, ins[2:])]
     elif isinstance(op, wave.ConvOp):
         parts = [_lower_conv(lw, op, ins, out)]
     elif isinstance(op, wave.ReduceOp):
@@ -366,6 +386,10 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         parts = [_transpose_part(lw, op, ins[0], out)]
     else:
         raise PassFailedException(f"wave-to-wpk: no lowering for {op.name}")
+    if isinstance(op, (wave.MatmulOp, wave.ConvOp)) and len(parts[0][1]) > MAX_INPUTS:
+        raise PassFailedException(
+            f"wave-to-wpk: {op.name} with its epilogue reads {len(parts[0][1])} inputs, a task takes {MAX_INPUTS}"
+        )
     lw.phases.append(lw.phase(name, op.name, parts))
 
 

@@ -287,12 +287,60 @@ class EwiseParams:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
+
+@dataclass(frozen=True)
+class Epilogue:
+    """An expression applied to each output element of a MATMUL or CONV before the store: ``%0`` is the
+    accumulated value (CONV: bias included), ``%k`` (k >= 1) reads extra input ``k - 1`` through a strided
+    view over the iteration space ``shape`` (the output's, one session; flat element e is the same point
+    as the task's output element e). Extra inputs occupy the operand slots after the opcode's own.
+
+    Words (appended to the opcode's block): n_extra, rank, shape[rank], strides[n_extra][rank], n_code,
+    code[n_code]. The identity (no epilogue) is n_extra = 0, rank = 0, n_code = 0.
+    """
+
+    shape: tuple[int, ...] = ()
+    strides: tuple[tuple[int, ...], ...] = ()
+    code: tuple[int, ...] = ()
+
+    @property
+    def identity(self) -> bool:
+        return not self.code and not self.strides
+
+    def pack(self) -> list[int]:
+        words = [len(self.strides), len(self.shape), *self.shape]
+        for s in self.strides:
+            words += list(s)
+        return words + [len(self.code), *self.code]
+
+    @staticmethod
+    def unpack(words: np.ndarray, at: int) -> tuple["Epilogue", int]:
+        n_extra, r = int(words[at]), int(words[at + 1])
+        shape, p = _read(words, at + 2, r)
+        strides = []
+        for _ in range(n_extra):
+            st, p = _read(words, p, r)
+            strides.append(tuple(st))
+        n_code = int(words[p])
+        code, p = _read(words, p + 1, n_code)
+        return Epilogue(tuple(shape), tuple(strides), tuple(code)), p
+
+    def apply(self, acc: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
+        """The epilogue over float32 ``acc`` and the extra inputs' values (broadcasting)."""
+        if not self.code:
+            return acc
+        return run_bytecode(list(self.code), [acc, *extras])
+
+
+NO_EPILOGUE = Epilogue()
+
 @dataclass(frozen=True)
 class MatmulParams:
     """out[idx] = sum_k a[idx, k] * b[idx, k] over ``shape`` (the output's, batch dims first).
 
-    Words: MATMUL, rank, shape[rank], K, out_strides[rank], a_strides[rank+1], b_strides[rank+1].
-    ``a`` has stride 0 along the output's last (n) axis and ``b`` along its m axis; the last stride is k's.
+    Words: MATMUL, rank, shape[rank], K, out_strides[rank], a_strides[rank+1], b_strides[rank+1], epilogue
+    (see Epilogue). ``a`` has stride 0 along the output's last (n) axis and ``b`` along its m axis; the last
+    stride is k's. Inputs: a, b, then the epilogue's extra inputs.
     """
 
     shape: tuple[int, ...]
@@ -300,11 +348,13 @@ class MatmulParams:
     out_strides: tuple[int, ...]
     a_strides: tuple[int, ...]
     b_strides: tuple[int, ...]
+    epilogue: Epilogue = NO_EPILOGUE
 
     def pack(self) -> np.ndarray:
         r = len(self.shape)
         return np.array(
-            [int(Opcode.MATMUL), r, *self.shape, self.k, *self.out_strides, *self.a_strides, *self.b_strides],
+            [int(Opcode.MATMUL), r, *self.shape, self.k, *self.out_strides, *self.a_strides, *self.b_strides,
+             *self.epilogue.pack()],
             np.int64,
         )
 
@@ -315,8 +365,13 @@ class MatmulParams:
         k = int(words[p])
         out_strides, p = _read(words, p + 1, r)
         a, p = _read(words, p, r + 1)
-        b, _ = _read(words, p, r + 1)
-        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b))
+        b, p = _read(words, p, r + 1)
+        ep, _ = Epilogue.unpack(words, p)
+        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b), ep)
+
+    @property
+    def n_own(self) -> int:
+        return 2
 
     @property
     def n_elems(self) -> int:
@@ -328,7 +383,9 @@ class ConvParams:
     """ONNX Conv (NC + spatial, contiguous): out[n, o, y] = bias[o] + sum x[n, g*Cg+c, y*s + k*d - p] w[o, c, k].
 
     Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp],
-    stride[nsp], pad_begin[nsp], dilation[nsp]. Inputs: x, w, bias (when has_bias). Out of range reads are 0.
+    stride[nsp], pad_begin[nsp], dilation[nsp], epilogue (see Epilogue; its iteration space is the output's
+    session shape, contiguous like the output). Inputs: x, w, bias (when has_bias), then the epilogue's
+    extra inputs. Out of range reads are 0.
     """
 
     batch: int
@@ -342,11 +399,12 @@ class ConvParams:
     stride: tuple[int, ...]
     pad_begin: tuple[int, ...]
     dilation: tuple[int, ...]
+    epilogue: Epilogue = NO_EPILOGUE
 
     def pack(self) -> np.ndarray:
         head = [int(Opcode.CONV), len(self.in_sp), self.batch, self.c_in, self.c_out, self.group, self.has_bias]
         tail = [*self.in_sp, *self.out_sp, *self.kernel, *self.stride, *self.pad_begin, *self.dilation]
-        return np.array(head + tail, np.int64)
+        return np.array(head + tail + self.epilogue.pack(), np.int64)
 
     @staticmethod
     def unpack(words: np.ndarray, at: int) -> "ConvParams":
@@ -356,7 +414,12 @@ class ConvParams:
         for _ in range(6):
             f, p = _read(words, p, nsp)
             fields.append(tuple(f))
-        return ConvParams(*fixed, *fields)
+        ep, _ = Epilogue.unpack(words, p)
+        return ConvParams(*fixed, *fields, ep)
+
+    @property
+    def n_own(self) -> int:
+        return 3 if self.has_bias else 2
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -448,6 +511,15 @@ def view_offsets(shape: tuple[int, ...], strides: tuple[int, ...], begin: int, e
     return sum((i.astype(np.int64) * s for i, s in zip(idx, strides)), np.zeros(len(flat), np.int64))
 
 
+def n_task_inputs(params: Params) -> int:
+    """How many input operand slots a task of these parameters reads (an epilogue's extras included)."""
+    if isinstance(params, EwiseParams):
+        return len(params.in_strides)
+    if isinstance(params, (MatmulParams, ConvParams)):
+        return params.n_own + len(params.epilogue.strides)
+    return 1
+
+
 def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int) -> np.ndarray:
     """Element offsets (relative to the operand's session start) that output elements ``[begin, end)`` of
     one session touch in ``operand`` (an input slot, or OUT). Exact for every opcode except CONV's
@@ -457,6 +529,9 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
         return view_offsets(params.shape, strides, begin, end)
     if isinstance(params, EwiseParams):
         return view_offsets(params.shape, params.in_strides[operand], begin, end)
+    if isinstance(params, (MatmulParams, ConvParams)) and operand >= params.n_own:  # an epilogue's extra input
+        ep = params.epilogue
+        return view_offsets(ep.shape, ep.strides[operand - params.n_own], begin, end)
     if isinstance(params, MatmulParams):
         strides = params.a_strides if operand == 0 else params.b_strides
         rows = view_offsets(params.shape, strides[:-1], begin, end)

@@ -49,3 +49,15 @@ func.func @slice_out_of_bounds() {
   func.return
 }
 // CHECK: wave.slice: axis 0 reads 2..5 step 1 outside [0, 4)
+
+// -----
+
+func.func @epilogue_reads_missing_input() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %b = wave.weight "b" : tensor<3xf32>
+  %y = wave.matmul %x, %w epilogue "add(%0, %3)"(%b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  wave.output "y", %y : tensor<2x3xf32>
+  func.return
+}
+// CHECK: wave.matmul: epilogue uses %3 but the op has 1 epilogue inputs (%1..%1)

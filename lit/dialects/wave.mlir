@@ -51,3 +51,24 @@ func.func @conv_with_bias() {
 }
 // CHECK-LABEL: func.func @conv_with_bias() {
 // CHECK:         wave.conv %x, %w bias %b {strides = array<i64: 2>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<2x16xf32>, tensor<4x2x3xf32>, tensor<4xf32> -> tensor<4x8xf32>
+
+// -----
+
+// Epilogues (wave-fuse folds bias, activation and residual into a matmul or conv): %0 is the accumulated
+// value, %1.. the epilogue inputs.
+func.func @epilogues() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %b = wave.weight "b" : tensor<3xf32>
+  %y = wave.matmul %x, %w epilogue "relu(add(%0, %1))"(%b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %cx = wave.input "cx" : tensor<1x2x8xf32>
+  %cw = wave.weight "cw" : tensor<3x2x3xf32>
+  %r = wave.input "r" : tensor<1x3x8xf32>
+  %c = wave.conv %cx, %cw epilogue "sigmoid(add(%0, %1))"(%r) {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<1x2x8xf32>, tensor<3x2x3xf32> epilogue(tensor<1x3x8xf32>) -> tensor<1x3x8xf32>
+  wave.output "y", %y : tensor<2x3xf32>
+  wave.output "c", %c : tensor<1x3x8xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @epilogues() {
+// CHECK:         %y = wave.matmul %x, %w epilogue "relu(add(%0, %1))"(%b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+// CHECK:         %c = wave.conv %cx, %cw epilogue "sigmoid(add(%0, %1))"(%r) {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<1x2x8xf32>, tensor<3x2x3xf32> epilogue(tensor<1x3x8xf32>) -> tensor<1x3x8xf32>

@@ -52,3 +52,60 @@ func.func @fuse_broadcast_bias() {
 }
 // CHECK-LABEL: func.func @fuse_broadcast_bias
 // CHECK:         wave.ewise "relu(add(%0, %1))"(%x, %b) : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+
+// -----
+
+// A bias add and a relu after a matmul become its epilogue: %0 is the accumulated value, the bias an
+// epilogue input. The ewise disappears.
+func.func @fuse_bias_relu_into_matmul() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %b = wave.weight "b" : tensor<3xf32>
+  %m = wave.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  %y = wave.ewise "add(%0, %1)"(%m, %b) : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %z = wave.ewise "relu(%0)"(%y) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  wave.output "z", %z : tensor<2x3xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @fuse_bias_relu_into_matmul
+// CHECK:         %{{.*}} = wave.matmul %x, %w epilogue "relu(add(%0, %1))"(%b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+// CHECK-NOT:     wave.ewise
+// CHECK:         wave.output "z"
+// A matmul already reads two inputs: with max-inputs=1 nothing joins it.
+// NARROW-LABEL: func.func @fuse_bias_relu_into_matmul
+// NARROW:         %m = wave.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+// NARROW-NEXT:    wave.ewise "add(%0, %1)"(%m, %b)
+
+// -----
+
+// Silero's encoder: conv (with its own bias) then relu; the relu becomes the conv's epilogue.
+func.func @conv_relu_epilogue() {
+  %x = wave.input "x" : tensor<1x2x8xf32>
+  %w = wave.weight "w" : tensor<3x2x3xf32>
+  %b = wave.weight "b" : tensor<3xf32>
+  %c = wave.conv %x, %w bias %b {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<1x2x8xf32>, tensor<3x2x3xf32>, tensor<3xf32> -> tensor<1x3x8xf32>
+  %r = wave.ewise "relu(%0)"(%c) : (tensor<1x3x8xf32>) -> tensor<1x3x8xf32>
+  wave.output "r", %r : tensor<1x3x8xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @conv_relu_epilogue
+// CHECK:         %{{.*}} = wave.conv %x, %w bias %b epilogue "relu(%0)"() {{.*}} : tensor<1x2x8xf32>, tensor<3x2x3xf32>, tensor<3xf32> -> tensor<1x3x8xf32>
+// CHECK-NOT:     wave.ewise
+// CHECK:         wave.output "r"
+
+// -----
+
+// A conv result read twice (by the relu and by an output) must be stored as is: no epilogue.
+func.func @no_epilogue_when_conv_has_two_uses() {
+  %x = wave.input "x" : tensor<1x2x8xf32>
+  %w = wave.weight "w" : tensor<3x2x3xf32>
+  %c = wave.conv %x, %w {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<1x2x8xf32>, tensor<3x2x3xf32> -> tensor<1x3x8xf32>
+  %r = wave.ewise "relu(%0)"(%c) : (tensor<1x3x8xf32>) -> tensor<1x3x8xf32>
+  wave.output "c", %c : tensor<1x3x8xf32>
+  wave.output "r", %r : tensor<1x3x8xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @no_epilogue_when_conv_has_two_uses
+// CHECK:         %c = wave.conv %x, %w {
+// CHECK-NOT:     epilogue
+// CHECK-NEXT:    %r = wave.ewise "relu(%0)"(%c)

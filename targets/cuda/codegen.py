@@ -33,7 +33,8 @@ from string import Template
 from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
-PROTOCOL = 3  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too
+PROTOCOL = 4  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
+# 4: MATMUL and CONV parameter blocks end with an epilogue (wavec.opcodes.Epilogue)
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 BLOCK_THREADS = 256
@@ -48,7 +49,7 @@ OUT_EPOCH, OUT_ERROR, OUT_ERROR_TASK, OUT_ERROR_COUNTER, OUT_ERROR_SEEN, OUT_ERR
 ERRORS = {
     1: "a counter wait timed out (deadlock, or a producer that never signals)",
     2: "a payload has an unknown opcode",
-    3: "an elementwise program overflowed or underflowed its 16-deep stack",
+    3: "an elementwise program (an EWISE task's or a MATMUL / CONV epilogue) is malformed or overflowed its 16-deep stack",
     4: "a reduce task has an unknown kind",
     5: "the runtime passed input/output half sizes other than the profile's (seen = input, target = output)",
     6: "a payload's session range passes the cohort (seen = session_end, target = sessions)",
@@ -319,6 +320,95 @@ __device__ __forceinline__ OperandView operand(const Payload& t, char* const* ar
   return OperandView{arena_base[arena] + t.offset[k], t.session_stride[k]};
 }
 
+// The elementwise stack machine: runs `n_code` instructions (insn = kind << 40 | code << 32 | arg) over
+// the input values `in` (INPUT k pushes in[k]); sets `error` and gives NaN on a malformed program.
+__device__ __forceinline__ float run_code(const long long* __restrict__ code, long long n_code, const float* in,
+                                          bool& error) {
+  float stack[kStackDepth];
+  int sp = 0;
+  for (long long pc = 0; pc < n_code; ++pc) {
+    const unsigned long long w = (unsigned long long)code[pc];
+    const unsigned kind = (unsigned)(w >> 40), op = (unsigned)(w >> 32) & 0xFFu, arg = (unsigned)w;
+    const int pops = kind == kInsnUnary ? 1 : kind == kInsnBinary ? 2 : kind == kInsnTernary ? 3 : 0;
+    if (sp < pops || sp - pops + 1 > kStackDepth) {
+      error = true;
+      return __int_as_float(0x7fffffff);
+    }
+    if (kind == kInsnInput) {
+      if (arg >= (unsigned)kMaxInputs) {
+        error = true;
+        return __int_as_float(0x7fffffff);
+      }
+      stack[sp++] = in[arg];
+    } else if (kind == kInsnConst) {
+      stack[sp++] = __uint_as_float(arg);
+    } else if (kind == kInsnUnary) {
+      stack[sp - 1] = unary_op(op, stack[sp - 1]);
+    } else if (kind == kInsnBinary) {
+      const float b = stack[--sp];
+      stack[sp - 1] = binary_op(op, stack[sp - 1], b);
+    } else if (kind == kInsnTernary) {
+      const float b = stack[--sp];
+      const float a = stack[--sp];
+      stack[sp - 1] = ternary_op(op, stack[sp - 1], a, b);
+    } else {
+      error = true;
+      return __int_as_float(0x7fffffff);
+    }
+  }
+  if (sp != 1) {
+    error = true;
+    return __int_as_float(0x7fffffff);
+  }
+  return stack[0];
+}
+
+// A MATMUL / CONV epilogue (wavec.opcodes.Epilogue): words n_extra, rank, shape[rank],
+// strides[n_extra][rank], n_code, code[n_code], read from `ep`. Extra input k is operand slot first + k.
+struct Epilogue {
+  int n_extra, rank, first;
+  const long long* shape;
+  const long long* strides;
+  long long n_code;
+  const long long* code;
+  OperandView extra[kMaxInputs - 1];
+  __device__ Epilogue(const Payload& t, char* const* arena_base, const long long* ep, int first_slot) {
+    n_extra = (int)ep[0];
+    rank = (int)ep[1];
+    first = first_slot;
+    shape = ep + 2;
+    strides = shape + rank;
+    n_code = strides[n_extra * rank];
+    code = strides + n_extra * rank + 1;
+#pragma unroll
+    for (int k = 0; k < kMaxInputs - 1; ++k)
+      extra[k] = k < n_extra && first + k < kMaxInputs ? operand(t, arena_base, first + k) : OperandView{nullptr, 0};
+  }
+  // The stored value of session s's flat output element e whose accumulated value is acc.
+  __device__ float apply(float acc, unsigned s, long long e, bool& error) const {
+    if (n_code == 0) return acc;
+    float vals[kMaxInputs];
+    vals[0] = acc;
+    if (n_extra > kMaxInputs - 1 || first + n_extra > kMaxInputs) {
+      error = true;
+      return __int_as_float(0x7fffffff);
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxInputs - 1; ++k) {
+      vals[k + 1] = 0.0f;
+      if (k < n_extra) {
+        long long off = 0, rem = e;
+        for (int d = rank - 1; d >= 0; --d) {
+          off += (rem % shape[d]) * strides[k * rank + d];
+          rem /= shape[d];
+        }
+        vals[k + 1] = *extra[k].at(s, off);
+      }
+    }
+    return run_code(code, n_code, vals, error);
+  }
+};
+
 // EWISE: out[idx] = expr(in_0[idx], ...). Words: EWISE, rank, shape[rank], out_strides[rank], n_in,
 // in_strides[n_in][rank], n_code, code[n_code]; insn = kind << 40 | code << 32 | arg.
 __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
@@ -347,45 +437,10 @@ __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, ch
       for (int k = 0; k < kMaxInputs; ++k)
         if (k < n_in) in_off[k] += i * in_strides[k * rank + d];
     }
-    float stack[kStackDepth];
-    int sp = 0;
-    for (long long pc = 0; pc < n_code; ++pc) {
-      const unsigned long long w = (unsigned long long)code[pc];
-      const unsigned kind = (unsigned)(w >> 40), op = (unsigned)(w >> 32) & 0xFFu, arg = (unsigned)w;
-      const int pops = kind == kInsnUnary ? 1 : kind == kInsnBinary ? 2 : kind == kInsnTernary ? 3 : 0;
-      const int pushes = 1;
-      if (sp < pops || sp - pops + pushes > kStackDepth) {
-        stack_error = true;
-        break;
-      }
-      if (kind == kInsnInput) {
-        float v = 0.0f;
-        switch (arg) {
-          case 0: v = *in[0].at(c.s, in_off[0]); break;
-          case 1: v = *in[1].at(c.s, in_off[1]); break;
-          case 2: v = *in[2].at(c.s, in_off[2]); break;
-          case 3: v = *in[3].at(c.s, in_off[3]); break;
-          default: stack_error = true; break;
-        }
-        stack[sp++] = v;
-      } else if (kind == kInsnConst) {
-        stack[sp++] = __uint_as_float(arg);
-      } else if (kind == kInsnUnary) {
-        stack[sp - 1] = unary_op(op, stack[sp - 1]);
-      } else if (kind == kInsnBinary) {
-        const float b = stack[--sp];
-        stack[sp - 1] = binary_op(op, stack[sp - 1], b);
-      } else if (kind == kInsnTernary) {
-        const float b = stack[--sp];
-        const float a = stack[--sp];
-        stack[sp - 1] = ternary_op(op, stack[sp - 1], a, b);
-      } else {
-        stack_error = true;
-        break;
-      }
-    }
-    if (sp != 1) stack_error = true;
-    *out.at(c.s, out_off) = stack_error ? __int_as_float(0x7fffffff) : stack[0];
+    float vals[kMaxInputs];
+#pragma unroll
+    for (int k = 0; k < kMaxInputs; ++k) vals[k] = k < n_in ? *in[k].at(c.s, in_off[k]) : 0.0f;
+    *out.at(c.s, out_off) = run_code(code, n_code, vals, stack_error);
   }
   if (stack_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
@@ -412,9 +467,10 @@ struct LaneGroups {
   }
 };
 
-// MATMUL: out[idx] = sum_k a[idx, k] * b[idx, k]. Words: MATMUL, rank, shape[rank], K, out_strides[rank],
-// a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's).
-__device__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
+// MATMUL: out[idx] = epilogue(sum_k a[idx, k] * b[idx, k]). Words: MATMUL, rank, shape[rank], K,
+// out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), epilogue.
+__device__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                            unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
   const long long K = shape[rank];
@@ -425,15 +481,18 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView a = operand(t, arena_base, 0);
   const OperandView b = operand(t, arena_base, 1);
+  const Epilogue ep(t, arena_base, b_strides + rank + 1, 2);
+  bool ep_error = false;
   const LaneGroups g(t);
   for (unsigned base = 0; base < g.outputs; base += g.groups) {
     const unsigned o = base + g.group;
     const bool active = o < g.outputs;
     float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
     long long out_off = 0;
-    unsigned s = 0;
+    unsigned s = 0, e = 0;
     if (active) {
       s = t.session_begin + o / g.per_session;
+      e = t.elem_begin + o % g.per_session;
       long long a_off = 0, b_off = 0;
       unsigned rem = t.elem_begin + o % g.per_session;
       for (int d = rank - 1; d >= 0; --d) {
@@ -458,13 +517,15 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
       for (; k < K; k += step) acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
     }
     const float sum = g.combine((acc0 + acc1) + (acc2 + acc3));
-    if (active && g.lane == 0) *out.at(s, out_off) = sum;
+    if (active && g.lane == 0) *out.at(s, out_off) = ep.apply(sum, s, e, ep_error);
   }
+  if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
-// CONV (ONNX, NC + spatial, contiguous): out[n, o, y] = bias[o] + sum x[n, g*Cg + c, y*s + k*d - p] w[o, c, k].
+// CONV (ONNX, NC + spatial, contiguous): out[n, o, y] = epilogue(bias[o] + sum x[n, g*Cg + c, y*s + k*d - p] w[o, c, k]).
 // Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp], stride[nsp],
-// pad_begin[nsp], dilation[nsp]. Inputs: x, w, bias (when has_bias). Out-of-range reads are 0.
+// pad_begin[nsp], dilation[nsp], epilogue. Inputs: x, w, bias (when has_bias), the epilogue's extras.
+// Out-of-range reads are 0.
 // The reduction runs over j = (c, k) flattened; a tap outside the input contributes nothing.
 __device__ __forceinline__ float conv_tap(const float* px, const float* pw, unsigned j, unsigned k_total,
                                           int nsp, const long long* in_sp, const long long* kernel,
@@ -485,7 +546,8 @@ __device__ __forceinline__ float conv_tap(const float* px, const float* pw, unsi
 
 constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origin in registers
 
-__device__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
+__device__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                          unsigned* out_epoch, unsigned beat) {
   const int nsp = (int)p[1];
   const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
   const long long* in_sp = p + 7;
@@ -506,6 +568,8 @@ __device__ void conv_body(const Payload& t, const long long* __restrict__ p, cha
   const OperandView x = operand(t, arena_base, 0);
   const OperandView w = operand(t, arena_base, 1);
   const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
+  const Epilogue ep(t, arena_base, dilation + nsp, has_bias ? 3 : 2);
+  bool ep_error = false;
   const LaneGroups g(t);
   for (unsigned base = 0; base < g.outputs; base += g.groups) {
     const unsigned o_idx = base + g.group;
@@ -555,9 +619,10 @@ __device__ void conv_body(const Payload& t, const long long* __restrict__ p, cha
     float acc = g.combine(acc0 + acc1);
     if (active && g.lane == 0) {
       if (has_bias) acc += *bias.at(s, o);
-      *out.at(s, e) = acc;
+      *out.at(s, e) = ep.apply(acc, s, e, ep_error);
     }
   }
+  if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
 // One reduction row: `kKind` indexes wavec.opcodes.REDUCE_KINDS.
@@ -654,13 +719,13 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ params,
   const long long* p = params + t.params;
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
-    case kOpMatmul: matmul_body(t, p, arena_base); break;
+    case kOpMatmul: matmul_body(t, p, arena_base, out_epoch, beat); break;
     case kOpConv:
       if (p[1] > kMaxConvSpatial) {
         if (threadIdx.x == 0) record_error(out_epoch, kErrBadOpcode, t.task, 0, t.opcode, (unsigned)p[1], beat);
         return;
       }
-      conv_body(t, p, arena_base);
+      conv_body(t, p, arena_base, out_epoch, beat);
       break;
     case kOpReduce: reduce_body(t, p, arena_base, out_epoch, beat); break;
     default:

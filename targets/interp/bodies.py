@@ -17,6 +17,7 @@ import numpy as np
 
 from wavec.errors import RuntimeBackendError
 from wavec.opcodes import (
+    n_task_inputs,
     OUT,
     REDUCE_KINDS,
     Arena,
@@ -127,19 +128,34 @@ def _ewise(plan: TaskPlan, p: EwiseParams, mem: dict[Arena, np.ndarray]) -> None
     _write(plan, view_offsets(p.shape, p.out_strides, eb, ee), result, mem)
 
 
+def _epilogue(plan: TaskPlan, p: MatmulParams | ConvParams, lo: int, hi: int, acc, mem: dict[Arena, np.ndarray]):
+    """Applies the task's epilogue (if any) to float32 ``acc`` ([sessions, hi - lo] or a scalar) of the
+    output elements ``[lo, hi)``, reading the extra inputs from the arenas."""
+    ep = p.epilogue
+    if not ep.code:
+        return acc
+    extras = [
+        _read(plan, op, view_offsets(ep.shape, st, lo, hi), mem)
+        for op, st in zip(plan.inputs[p.n_own :], ep.strides)
+    ]
+    acc = np.broadcast_to(np.asarray(acc, np.float32), (plan.n_sessions, hi - lo))
+    return run_bytecode(list(ep.code), [acc, *extras])
+
+
 def _matmul(plan: TaskPlan, p: MatmulParams, mem: dict[Arena, np.ndarray]) -> None:
-    a_op, b_op = plan.inputs
+    a_op, b_op = plan.inputs[:2]
     ks = np.arange(p.k, dtype=np.int64)
     for lo, hi in _chunks(*plan.elems, p.k, plan.n_sessions):
         out_rel = view_offsets(p.shape, p.out_strides, lo, hi)
         if p.k == 0:
-            _write(plan, out_rel, np.float32(0), mem)
+            _write(plan, out_rel, _epilogue(plan, p, lo, hi, np.float32(0), mem), mem)
             continue
         a_rel = view_offsets(p.shape, p.a_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.a_strides[-1]
         b_rel = view_offsets(p.shape, p.b_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.b_strides[-1]
         a = _read(plan, a_op, a_rel, mem).astype(np.float64)
         b = _read(plan, b_op, b_rel, mem).astype(np.float64)
-        _write(plan, out_rel, np.einsum("sek,sek->se", a, b).astype(np.float32), mem)
+        acc = np.einsum("sek,sek->se", a, b).astype(np.float32)
+        _write(plan, out_rel, _epilogue(plan, p, lo, hi, acc, mem), mem)
 
 
 def _conv(plan: TaskPlan, p: ConvParams, mem: dict[Arena, np.ndarray]) -> None:
@@ -175,7 +191,7 @@ def _conv(plan: TaskPlan, p: ConvParams, mem: dict[Arena, np.ndarray]) -> None:
         acc = np.einsum("ser,ser->se", x, w)
         if bias is not None:
             acc = acc + bias[:, out_idx[1]]
-        _write(plan, np.arange(lo, hi, dtype=np.int64), acc.astype(np.float32), mem)
+        _write(plan, np.arange(lo, hi, dtype=np.int64), _epilogue(plan, p, lo, hi, acc.astype(np.float32), mem), mem)
 
 
 REDUCE_IDENTITY = {
@@ -235,11 +251,5 @@ _BODIES = {Opcode.EWISE: _ewise, Opcode.MATMUL: _matmul, Opcode.CONV: _conv, Opc
 
 
 def expected_inputs(params: Params) -> int:
-    """How many input operand slots a task of these parameters reads."""
-    if isinstance(params, EwiseParams):
-        return len(params.in_strides)
-    if isinstance(params, MatmulParams):
-        return 2
-    if isinstance(params, ConvParams):
-        return 3 if params.has_bias else 2
-    return 1
+    """How many input operand slots a task of these parameters reads (an epilogue's extras included)."""
+    return n_task_inputs(params)

@@ -187,6 +187,48 @@ class _Write:
         return self.arena == r.arena and self.lo < r.hi and r.lo < self.hi
 
 
+class _EpilogueWrite:
+    """A _Write that first applies a MATMUL / CONV epilogue: reads the extra inputs of the chunk's elements
+    (cached indices) and runs the epilogue program on (accumulator, extras), as bodies._epilogue does."""
+
+    __slots__ = ("write", "program", "reads", "shape")
+
+    def __init__(self, write: _Write, program: Callable, reads: list[_Read], shape: tuple[int, int]):
+        self.write, self.program, self.reads, self.shape = write, program, reads, shape
+        for r in reads:
+            r.copy = write.overlaps(r)
+
+    @property
+    def cached(self) -> int:
+        return self.write.cached + sum(r.cached for r in self.reads)
+
+    def overlaps(self, r: _Read) -> bool:
+        return self.write.overlaps(r)
+
+    def __call__(self, mem: dict, values) -> None:
+        acc = np.broadcast_to(np.asarray(values, _F32), self.shape)
+        extras = [r(mem) for r in self.reads]
+        with np.errstate(all="ignore"):
+            result = self.program([acc, *extras])
+        self.write(mem, result)
+
+
+def _out_epilogue(plan: TaskPlan, p, lo: int, hi: int, rel: np.ndarray, mem: dict):
+    """The output write of elements ``[lo, hi)`` of a MATMUL / CONV task, through its epilogue if it has
+    one; False when the epilogue's program is malformed (the reference body then runs, and raises)."""
+    ep = p.epilogue
+    if not ep.code:
+        return _out(plan, rel, mem)
+    program = compile_program(ep.code)
+    if program is None:
+        return False
+    reads = [  # bounds-checked before the output, in the reference's order
+        _Read(op.arena, _indices(plan, op, view_offsets(ep.shape, st, lo, hi), mem))
+        for op, st in zip(plan.inputs[p.n_own :], ep.strides)
+    ]
+    return _EpilogueWrite(_out(plan, rel, mem), program, reads, (plan.n_sessions, hi - lo))
+
+
 def _check_writable(plan: TaskPlan) -> None:
     op = plan.out
     if op.arena in (Arena.WEIGHTS, Arena.INPUT):
@@ -457,19 +499,25 @@ def _mm_runner(n_sessions: int, n_elems: int, ops, bias, write: _Write) -> Runne
 
 
 def _prep_matmul(plan: TaskPlan, p: MatmulParams, mem: dict, cache: TaskCache) -> Runner | None:
-    a_op, b_op = plan.inputs
+    a_op, b_op = plan.inputs[:2]
     ks = np.arange(p.k, dtype=np.int64)
     chunks = []
     for lo, hi in _chunks(*plan.elems, p.k, plan.n_sessions):
         out_rel = view_offsets(p.shape, p.out_strides, lo, hi)
         if p.k == 0:
-            chunks.append((None, None, _out(plan, out_rel, mem)))
+            write = _out_epilogue(plan, p, lo, hi, out_rel, mem)
+            if write is False:
+                return None
+            chunks.append((None, None, write))
             continue
         a_rel = view_offsets(p.shape, p.a_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.a_strides[-1]
         b_rel = view_offsets(p.shape, p.b_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.b_strides[-1]
         a_idx = _indices(plan, a_op, a_rel, mem)
         b_idx = _indices(plan, b_op, b_rel, mem)
-        chunks.append((a_idx, b_idx, _out(plan, out_rel, mem)))
+        write = _out_epilogue(plan, p, lo, hi, out_rel, mem)
+        if write is False:
+            return None
+        chunks.append((a_idx, b_idx, write))
     if p.k == 0:
         if not _fits(cache, [w for _, _, w in chunks], 4):
             return None
@@ -569,7 +617,9 @@ def _prep_conv(plan: TaskPlan, p: ConvParams, mem: dict, cache: TaskCache) -> Ru
         o_of, valid, x_rel, w_rel = rel
         x_idx = _indices(plan, x_op, x_rel, mem)
         w_idx = _indices(plan, w_op, w_rel, mem)
-        write = _out(plan, np.arange(lo, hi, dtype=np.int64), mem)
+        write = _out_epilogue(plan, p, lo, hi, np.arange(lo, hi, dtype=np.int64), mem)
+        if write is False:
+            return None
         chunks.append((x_op.arena, x_idx, valid, w_op.arena, w_idx, write, o_of))
     bias = None
     if bias_idx is not None:

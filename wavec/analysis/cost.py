@@ -15,13 +15,17 @@ from wavec.opcodes import OUT, ConvParams, EwiseParams, Insn, MatmulParams, deco
 from wavec.payload import operand_arena
 
 
+def _code_flops(code) -> int:
+    return sum(1 for w in code if decode_insn(w)[0] not in (Insn.INPUT, Insn.CONST))
+
+
 def flops_per_element(params) -> int:
     if isinstance(params, EwiseParams):
-        return sum(1 for w in params.code if decode_insn(w)[0] not in (Insn.INPUT, Insn.CONST))
+        return _code_flops(params.code)
     if isinstance(params, MatmulParams):
-        return 2 * params.k
+        return 2 * params.k + _code_flops(params.epilogue.code)
     if isinstance(params, ConvParams):
-        return 2 * (params.c_in // params.group) * math.prod(params.kernel) + params.has_bias
+        return 2 * (params.c_in // params.group) * math.prod(params.kernel) + params.has_bias + _code_flops(params.epilogue.code)
     return math.prod(params.rshape)
 
 

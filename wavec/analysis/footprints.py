@@ -19,18 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wavec.opcodes import ELEM_BYTES, OUT, ConvParams, EwiseParams, MatmulParams, Params, footprint
+from wavec.opcodes import n_task_inputs, ELEM_BYTES, OUT, ConvParams, EwiseParams, MatmulParams, Params, footprint
 
 
 def expected_inputs(params: Params) -> int:
-    """How many input operand slots a task of these parameters reads."""
-    if isinstance(params, EwiseParams):
-        return len(params.in_strides)
-    if isinstance(params, MatmulParams):
-        return 2
-    if isinstance(params, ConvParams):
-        return 3 if params.has_bias else 2
-    return 1
+    """How many input operand slots a task of these parameters reads (an epilogue's extras included)."""
+    return n_task_inputs(params)
 
 
 def runs(elems: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -139,11 +139,17 @@ def _compute(op: Operation, args: list[np.ndarray]) -> np.ndarray:
     shape = wave.shape_of(op.results[0])
     if isinstance(op, wave.EwiseOp):
         return ewise(op.expr.data, args, shape)
-    if isinstance(op, wave.MatmulOp):
-        return matmul(*args)
-    if isinstance(op, wave.ConvOp):
-        bias = args[2] if len(args) > 2 else None
-        return conv(args[0], args[1], bias, _ints(op.strides), _ints(op.pads), _ints(op.dilations), op.group.value.data)
+    if isinstance(op, (wave.MatmulOp, wave.ConvOp)):
+        n_extra = len(op.epilogue_inputs)
+        own, extras = (args[: len(args) - n_extra], args[len(args) - n_extra :]) if n_extra else (args, [])
+        if isinstance(op, wave.MatmulOp):
+            acc = matmul(*own)
+        else:
+            bias = own[2] if len(own) > 2 else None
+            acc = conv(own[0], own[1], bias, _ints(op.strides), _ints(op.pads), _ints(op.dilations), op.group.value.data)
+        if op.epilogue is None:
+            return acc
+        return ewise(op.epilogue.data, [acc, *extras], shape)
     if isinstance(op, wave.ReduceOp):
         return reduce(op.kind.data, args[0], _ints(op.axes), op.keepdims.value.data)
     if isinstance(op, wave.ConcatOp):
