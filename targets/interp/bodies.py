@@ -158,39 +158,48 @@ def _matmul(plan: TaskPlan, p: MatmulParams, mem: dict[Arena, np.ndarray]) -> No
         _write(plan, out_rel, _epilogue(plan, p, lo, hi, acc, mem), mem)
 
 
-def _conv(plan: TaskPlan, p: ConvParams, mem: dict[Arena, np.ndarray]) -> None:
-    x_op, w_op = plan.inputs[0], plan.inputs[1]
-    if p.group <= 0 or p.c_in % p.group or p.c_out % p.group:
-        raise RuntimeBackendError(
-            f"{plan.describe()}: group {p.group} does not divide c_in {p.c_in} and c_out {p.c_out}"
-        )
-    nsp = len(p.in_sp)
+def conv_gather(p: ConvParams, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """im2col for output elements [lo, hi) of one session: (output channel of each element, valid taps
+    [E, R], x element per tap [E, R] (0 where padding), w element per tap [E, R]), R = (c_in/group) x kernel."""
     cg, og = p.c_in // p.group, p.c_out // p.group
     kernel_size = int(np.prod(p.kernel, dtype=np.int64))
     in_strides = contiguous_strides((p.batch, p.c_in, *p.in_sp))
     red = np.unravel_index(np.arange(cg * kernel_size, dtype=np.int64), (cg, *p.kernel))  # (c, k_1..k_nsp)
-    r_flat = np.arange(cg * kernel_size, dtype=np.int64)
+    out_idx = np.unravel_index(np.arange(lo, hi, dtype=np.int64), p.shape)  # (n, o, y_1..y_nsp)
+    n, o = out_idx[0][:, None], out_idx[1][:, None]
+    x_rel = n * in_strides[0] + ((o // og) * cg + red[0][None, :]) * in_strides[1]
+    valid = np.ones(x_rel.shape, bool)
+    for i in range(len(p.in_sp)):
+        pos = out_idx[2 + i][:, None] * p.stride[i] + red[1 + i][None, :] * p.dilation[i] - p.pad_begin[i]
+        valid &= (pos >= 0) & (pos < p.in_sp[i])
+        x_rel = x_rel + pos * in_strides[2 + i]
+    x_rel = np.where(valid, x_rel, 0)  # element 0 of the session's x exists; its value is masked by `valid`
+    w_rel = o * (cg * kernel_size) + np.arange(cg * kernel_size, dtype=np.int64)[None, :]
+    return out_idx[1], valid, x_rel, w_rel
+
+
+def check_groups(plan: TaskPlan, p: ConvParams) -> None:
+    if p.group <= 0 or p.c_in % p.group or p.c_out % p.group:
+        raise RuntimeBackendError(
+            f"{plan.describe()}: group {p.group} does not divide c_in {p.c_in} and c_out {p.c_out}"
+        )
+
+
+def _conv(plan: TaskPlan, p: ConvParams, mem: dict[Arena, np.ndarray]) -> None:
+    check_groups(plan, p)
+    x_op, w_op = plan.inputs[0], plan.inputs[1]
+    taps = (p.c_in // p.group) * int(np.prod(p.kernel, dtype=np.int64))
     bias = None
     if p.has_bias:
         o_all = np.arange(p.c_out, dtype=np.int64)
         bias = _read(plan, plan.inputs[2], o_all, mem).astype(np.float64)  # [S, c_out]
-    for lo, hi in _chunks(*plan.elems, cg * kernel_size, plan.n_sessions):
-        out_idx = np.unravel_index(np.arange(lo, hi, dtype=np.int64), p.shape)  # (n, o, y_1..y_nsp)
-        n, o = out_idx[0][:, None], out_idx[1][:, None]
-        channel = (o // og) * cg + red[0][None, :]
-        x_rel = n * in_strides[0] + channel * in_strides[1]
-        valid = np.ones(x_rel.shape, bool)
-        for i in range(nsp):
-            pos = out_idx[2 + i][:, None] * p.stride[i] + red[1 + i][None, :] * p.dilation[i] - p.pad_begin[i]
-            valid &= (pos >= 0) & (pos < p.in_sp[i])
-            x_rel = x_rel + pos * in_strides[2 + i]
-        x_rel = np.where(valid, x_rel, 0)  # element 0 of the session's x exists; its value is masked below
-        w_rel = o * (cg * kernel_size) + r_flat[None, :]
+    for lo, hi in _chunks(*plan.elems, taps, plan.n_sessions):
+        o_of, valid, x_rel, w_rel = conv_gather(p, lo, hi)
         x = np.where(valid[None], _read(plan, x_op, x_rel, mem), np.float32(0)).astype(np.float64)
         w = _read(plan, w_op, w_rel, mem).astype(np.float64)
         acc = np.einsum("ser,ser->se", x, w)
         if bias is not None:
-            acc = acc + bias[:, out_idx[1]]
+            acc = acc + bias[:, o_of]
         _write(plan, np.arange(lo, hi, dtype=np.int64), _epilogue(plan, p, lo, hi, acc.astype(np.float32), mem), mem)
 
 

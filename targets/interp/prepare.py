@@ -45,7 +45,6 @@ from wavec.opcodes import (
     _TERNARY_NP,
     _UNARY_NP,
     bits_f32,
-    contiguous_strides,
     decode_insn,
     view_offsets,
 )
@@ -57,6 +56,7 @@ from .bodies import (
     _chunks,
     _indices,
     _reduce_values,
+    conv_gather,
 )
 
 TASK_CACHE_ELEMS = 1 << 22  # cached index / weight elements per task
@@ -586,32 +586,16 @@ def _prep_conv(plan: TaskPlan, p: ConvParams, mem: dict, cache: TaskCache) -> Ru
     if p.group <= 0 or p.c_in % p.group or p.c_out % p.group:
         return None  # the reference body raises
     x_op, w_op = plan.inputs[0], plan.inputs[1]
-    nsp = len(p.in_sp)
-    cg, og = p.c_in // p.group, p.c_out // p.group
-    kernel_size = int(np.prod(p.kernel, dtype=np.int64))
-    in_strides = contiguous_strides((p.batch, p.c_in, *p.in_sp))
-    red = np.unravel_index(np.arange(cg * kernel_size, dtype=np.int64), (cg, *p.kernel))
-    r_flat = np.arange(cg * kernel_size, dtype=np.int64)
+    taps = (p.c_in // p.group) * int(np.prod(p.kernel, dtype=np.int64))
     bias_idx = None
     if p.has_bias:
         bias_idx = _indices(plan, plan.inputs[2], np.arange(p.c_out, dtype=np.int64), mem)
     chunks = []
-    for lo, hi in _chunks(*plan.elems, cg * kernel_size, plan.n_sessions):
+    for lo, hi in _chunks(*plan.elems, taps, plan.n_sessions):
         key = ("conv", p, lo, hi)
         rel = cache.rel.get(key)  # the same for every session's task of this tile
         if rel is None:
-            out_idx = np.unravel_index(np.arange(lo, hi, dtype=np.int64), p.shape)
-            n, o = out_idx[0][:, None], out_idx[1][:, None]
-            channel = (o // og) * cg + red[0][None, :]
-            x_rel = n * in_strides[0] + channel * in_strides[1]
-            valid = np.ones(x_rel.shape, bool)
-            for i in range(nsp):
-                pos = out_idx[2 + i][:, None] * p.stride[i] + red[1 + i][None, :] * p.dilation[i] - p.pad_begin[i]
-                valid &= (pos >= 0) & (pos < p.in_sp[i])
-                x_rel = x_rel + pos * in_strides[2 + i]
-            x_rel = np.where(valid, x_rel, 0)
-            w_rel = o * (cg * kernel_size) + r_flat[None, :]
-            rel = (out_idx[1], valid, x_rel, w_rel)
+            rel = conv_gather(p, lo, hi)
             if cache.reserve(sum(a.nbytes for a in rel)):
                 cache.rel[key] = rel
         o_of, valid, x_rel, w_rel = rel
@@ -632,7 +616,7 @@ def _prep_conv(plan: TaskPlan, p: ConvParams, mem: dict, cache: TaskCache) -> Ru
             sp = int(np.prod(p.out_sp, dtype=np.int64))
             row_ch = np.arange(p.batch * p.c_out, dtype=np.int64) % p.c_out  # channel of each (n, o) row
             ops = _rect_plan(plan, mem, cache, [(x_idx[s], valid, w_idx[s]) for s in range(plan.n_sessions)],
-                             x_op.arena, w_op.arena, False, sp, og, row_ch)
+                             x_op.arena, w_op.arena, False, sp, p.c_out // p.group, row_ch)
             if ops is not None and _fits(cache, [write], 4):
                 return _mm_runner(plan.n_sessions, plan.elems[1] - plan.elems[0], ops, bias, write)
     return _gather_dot(plan, mem, cache, chunks, bias)
