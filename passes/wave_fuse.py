@@ -13,14 +13,18 @@ residual): `relu(add(%0, %1))(%mm, %bias)` becomes `wave.matmul ... epilogue "re
 where `%0` is the accumulated value and the user's other inputs become the producer's epilogue inputs. An
 existing epilogue composes. The fused op's inputs (the producer's own plus the extras) stay within
 `max-inputs`; a producer read twice, or written to state or output, keeps its value and is not fused.
+
+The module records `wave.fused_bytes_per_session`: the HBM bytes one session's beat no longer moves
+(each fused intermediate was written once and read once); the report scales it by the cohort.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -46,9 +50,15 @@ def _fused_operands(user: wave.EwiseOp, index: int, producer: wave.EwiseOp):
     return operands, user_map, producer_map
 
 
+def intermediate_bytes(value) -> int:
+    """HBM bytes a fusion saves: the intermediate was written once and read once (float32)."""
+    return 2 * 4 * math.prod(wave.shape_of(value))
+
+
 class FuseElementwiseProducer(RewritePattern):
-    def __init__(self, max_inputs: int):
+    def __init__(self, max_inputs: int, saved: list[int]):
         self.max_inputs = max_inputs
+        self.saved = saved
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
@@ -62,6 +72,7 @@ class FuseElementwiseProducer(RewritePattern):
             inner = parse_expr(producer.expr.data).substitute(producer_map)
             expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
             fused = wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
+            self.saved.append(intermediate_bytes(producer.result))
             rewriter.replace(user, fused)
             rewriter.erase(producer)
             return
@@ -75,8 +86,9 @@ def _own_operands(op: wave.MatmulOp | wave.ConvOp) -> list:
 class FuseEpilogue(RewritePattern):
     """Folds a single-use matmul / conv result's elementwise user into the producer as its epilogue."""
 
-    def __init__(self, max_inputs: int):
+    def __init__(self, max_inputs: int, saved: list[int]):
         self.max_inputs = max_inputs
+        self.saved = saved
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
@@ -106,9 +118,13 @@ class FuseEpilogue(RewritePattern):
                                     producer.group.value.data, str(expr), extras)
             fused.attributes.update(producer.attributes)
             # The fused op takes the user's place: every extra input dominates the user.
+            self.saved.append(intermediate_bytes(producer.result))
             rewriter.replace(user, fused)
             rewriter.erase(producer)
             return
+
+
+SAVED_ATTR = "wave.fused_bytes_per_session"
 
 
 @dataclass(frozen=True)
@@ -124,9 +140,15 @@ class WaveFuse(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not 1 <= self.max_inputs <= MAX_INPUTS:
             raise PassFailedException(f"wave-fuse: max-inputs must be between 1 and {MAX_INPUTS}, got {self.max_inputs}")
+        saved: list[int] = []
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
-                [FuseElementwiseProducer(self.max_inputs), FuseEpilogue(self.max_inputs)], dce_enabled=False
+                [FuseElementwiseProducer(self.max_inputs, saved), FuseEpilogue(self.max_inputs, saved)],
+                dce_enabled=False,
             ),
             apply_recursively=True,
         ).rewrite_module(op)
+        per_session = sum(saved) // (wave.cohort_size(op) or 1)
+        previous = op.attributes.get(SAVED_ATTR)
+        total = per_session + (previous.value.data if previous is not None else 0)
+        op.attributes[SAVED_ATTR] = IntegerAttr(total, i64)

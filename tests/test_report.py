@@ -41,3 +41,16 @@ def test_gantt_wants_a_png_name(silero, tmp_path, capsys):
     _, directory = silero
     assert wavec_main(["report", str(directory), "--gantt", str(tmp_path / "schedule.svg")]) == 1
     assert "name the file *.png" in capsys.readouterr().err
+
+
+def test_fusion_saving_is_what_the_unfused_program_moves_more(silero):
+    """The saving wave-fuse records equals the difference the cost model measures between the fused and
+    the unfused programs: two independent counts of the same bytes."""
+    fused, _ = silero
+    unfused = wavec.compile(silero_vad_path(), sessions=8, bindings={"sr": 16000}, frames={"input": 576},
+                            states=[("state", "stateN")],
+                            pipeline="wave-expand-pow,wave-cohort{sessions=8},wave-to-wpk{workers=132},wpk-arena,"
+                                     "wpk-schedule{workers=132},wpk-payload")
+    saved = fused.report["fusion_saved_bytes_per_beat"]
+    assert saved > 0
+    assert unfused.report["bytes_per_beat"] - fused.report["bytes_per_beat"] == saved

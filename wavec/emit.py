@@ -146,4 +146,7 @@ def profile_from_module(
     schedule = schedule_summary(module)
     if schedule:
         meta["schedule"] = schedule
+    fused = module.attributes.get("wave.fused_bytes_per_session")
+    if fused is not None:
+        meta["fusion_saved_bytes_per_session"] = fused.value.data
     return Profile(meta, payloads, params, weights_image(buffers, arena_bytes["weights"], weights), kernel_source)

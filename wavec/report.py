@@ -78,6 +78,7 @@ def build_report(profile: Profile) -> dict:
         "act_lower_bound_bytes": meta.get("act_lower_bound"),
         "flops_per_beat": sum(p["flops"] for p in phases),
         "bytes_per_beat": sum(p["bytes"] for p in phases),
+        "fusion_saved_bytes_per_beat": meta.get("fusion_saved_bytes_per_session", 0) * meta["sessions"],
     }
     if meta.get("schedule"):
         report["schedule"] = dict(meta["schedule"])  # wpk-schedule's model: beat, critical path, load (us)
@@ -101,7 +102,8 @@ def format_report(report: dict) -> str:
         f"{report['grid_waits']} of them on a whole phase)",
         "arena bytes: " + ", ".join(f"{k} {v:,}" for k, v in report["arena_bytes"].items())
         + f" (activation lower bound {report['act_lower_bound_bytes']:,})",
-        f"per beat: {report['flops_per_beat']:,} FLOPs, {report['bytes_per_beat']:,} bytes",
+        f"per beat: {report['flops_per_beat']:,} FLOPs, {report['bytes_per_beat']:,} bytes "
+        f"(fusion saved {report.get('fusion_saved_bytes_per_beat', 0):,} bytes)",
     ]
     if "floor_us" in report:
         f = report["floor_us"]
