@@ -55,11 +55,15 @@ def intermediate_bytes(value) -> int:
     return 2 * 4 * math.prod(wave.shape_of(value))
 
 
-class FuseElementwiseProducer(RewritePattern):
+class _Fusion(RewritePattern):
+    """A fusion pattern: bounded by `max_inputs`; appends the bytes each fusion saves to `saved`."""
+
     def __init__(self, max_inputs: int, saved: list[int]):
         self.max_inputs = max_inputs
         self.saved = saved
 
+
+class FuseElementwiseProducer(_Fusion):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
         for index, operand in enumerate(user.inputs):
@@ -83,12 +87,8 @@ def _own_operands(op: wave.MatmulOp | wave.ConvOp) -> list:
     return list(op.operands[: len(op.operands) - n_extra])
 
 
-class FuseEpilogue(RewritePattern):
+class FuseEpilogue(_Fusion):
     """Folds a single-use matmul / conv result's elementwise user into the producer as its epilogue."""
-
-    def __init__(self, max_inputs: int, saved: list[int]):
-        self.max_inputs = max_inputs
-        self.saved = saved
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
