@@ -313,6 +313,36 @@ def test_wrong_operand_arena():
     rejects(mut.wrong_operand_arena(prof, row=row_of(prof, 2))[0], "output arena", "task 2 ")
 
 
+def test_tile_reading_a_stale_tensor_is_not_a_sibling_tile():
+    """B1 (t2 = 2 t1, elements 4-8) pointed at t2 instead of t1: it reads its own output in place, through
+    an identical elementwise view, race-free; only its sibling tile B0, which reads t1, shows the fault:
+    tiles of one op must read the same views."""
+    prof = chain_profile()
+    bad = mut.copy_profile(prof)
+    r = row_of(prof, 3)
+    bad.payloads[r]["offset"][0] = int(bad.payloads[row_of(prof, 6)]["offset"][0])  # t2's bytes, not t1's
+    rejects(bad, "task 3 ", "task 2 ", "tiles of one op writing one output view", "input operand 0")
+
+
+def test_input_read_of_another_session():
+    prof = state_profile()
+    bad = mut.copy_profile(prof)
+    r = row_of(prof, 2)  # Q0 reads x of sessions 0, 1: make it read one element further (into session 1's frame)
+    bad.payloads[r]["offset"][1] = int(bad.payloads[r]["offset"][1]) + 4
+    for q in (row_of(prof, 3),):  # and its sibling alike, so only the isolation check can see it
+        bad.payloads[q]["offset"][1] = int(bad.payloads[q]["offset"][1]) + 4
+    rejects(bad, "input operand 1 of session", "reads input arena bytes", "frame of one input")
+
+
+def test_params_pointer_inside_a_block():
+    prof = chain_profile()
+    bad = mut.copy_profile(prof)
+    bad.payloads[0]["params"] = int(bad.payloads[0]["params"]) + 1
+    rejects(bad, "is not the start of a parameter block")
+    bad.payloads[0]["params"] = len(bad.params) + 5
+    rejects(bad, "is not the start of a parameter block")
+
+
 def test_every_mutation_is_caught_on_some_target():
     """Each injector, tried on every target row of a clean profile, is rejected at least once and never
     crashes the verifier with anything but VerificationError."""

@@ -4,7 +4,8 @@ violation, reasoning only from payloads.bin, params.bin and profile.json (numpy 
 Checks, in this order (the first failing one raises `VerificationError` naming the tasks, their phase,
 the arena, the byte range, the kind of conflict and what to do):
 1. structure: ``worker_tasks`` partitions the payload rows and agrees with each record's worker; task ids
-   are unique; parameter blocks decode and match the opcode and ``n_inputs``; tiles lie inside the cohort
+   are unique; each task's params word starts one of the blocks params.bin is packed of, and the block
+   matches the opcode and ``n_inputs``; tiles lie inside the cohort
    and the iteration space; operand arenas exist; offsets and session strides are multiples of 4; the
    input, output and state bindings lie inside their arenas and do not overlap each other.
 2. happens-before (wavec.analysis.happens_before): every wait has exactly ``wait_count`` signallers, no
@@ -12,7 +13,11 @@ the arena, the byte range, the kind of conflict and what to do):
 3. footprints (wavec.analysis.footprints): every byte an operand touches lies inside its arena (INPUT and
    OUTPUT: inside one half); nothing writes the WEIGHTS or INPUT arena (read-only / owned by the host);
    an operand in the STATE arena touches, for each session s of its task, only slot s of one state; no
-   task writes one byte twice (two sessions or two output elements onto one byte).
+   task writes one byte twice (two sessions or two output elements onto one byte); session s of a task
+   reads, in the INPUT arena, only session s's frame of one input or its reset flag. Then uniform tiles:
+   the tasks of one phase that write one output view run equal parameters and read the same input
+   views (tiles of one op differ only in their bounds), so a tile cannot read a stale tensor, another
+   arena or another session stride that its siblings do not.
 4. races: every two tasks that touch a common byte, at least one writing, are ordered by happens-before
    (checked in linear time per distinct access set: its writers form a chain, every other task sits
    between two consecutive writers); no byte is written by two tasks of one phase; a task reads bytes it
@@ -196,6 +201,7 @@ class _Verifier:
         if (owner < 0).any():
             raise VerificationError(f"{self.name(int(np.flatnonzero(owner < 0)[0]))} belongs to no worker: it never runs")
         self.worker_rows = rows
+        blocks = self.param_blocks()
         ids, first, counts = np.unique(self.task_id, return_index=True, return_counts=True)
         if (counts > 1).any():
             t = int(ids[counts > 1][0])
@@ -203,10 +209,13 @@ class _Verifier:
             raise VerificationError(f"task id {t} is used by payload rows {dup.tolist()}: task ids must be unique")
         for r in range(n):
             rec = self.rec[r]
-            try:
-                params = unpack_params(self.p.params, int(rec["params"]))
-            except ValueError as e:
-                raise VerificationError(f"{self.name(r)}: {e} of params.bin") from e
+            params = blocks.get(int(rec["params"]))
+            if params is None:
+                raise VerificationError(
+                    f"{self.name(r)}: params word {int(rec['params'])} is not the start of a parameter block of "
+                    f"params.bin (its {len(blocks)} blocks start at words {sorted(blocks)[:8]}"
+                    f"{', ...' if len(blocks) > 8 else ''}): point the task at its block"
+                )
             if int(rec["opcode"]) != int(self.p.params[int(rec["params"])]):
                 raise VerificationError(f"{self.name(r)}: its parameter block at word {int(rec['params'])} is another opcode's")
             self.params[r] = params
@@ -231,6 +240,58 @@ class _Verifier:
                             f"{self.name(r)}: operand {k} {f} = {int(rec[f][k])} bytes is not a multiple of 4 (float32)"
                         )
         self.bindings()
+
+    def uniform_tiles(self) -> None:
+        """Tiles of one op differ only in their bounds: the tasks of one phase that write one output view
+        (arena, offset, session stride) run equal parameters and read the same input views. A task
+        reading another tensor, another arena or another session stride than its sibling tiles reads
+        bytes its op does not read, even where those bytes hold a consistent (stale) value."""
+        rec = self.rec
+        first: dict[tuple, int] = {}
+        for r in range(self.n):
+            key = (int(self.phase[r]), operand_arena(rec[r], OUT), int(rec[r]["offset"][OUT]), int(rec[r]["session_stride"][OUT]))
+            q = first.setdefault(key, r)
+            if q == r:
+                continue
+            n_in = int(rec[r]["n_inputs"])
+            what = None
+            if self.params[r] != self.params[q] or n_in != int(rec[q]["n_inputs"]):
+                what = "runs another parameter block" if n_in == int(rec[q]["n_inputs"]) else "reads another number of inputs"
+            else:
+                for k in range(n_in):
+                    mine = (operand_arena(rec[r], k), int(rec[r]["offset"][k]), int(rec[r]["session_stride"][k]))
+                    theirs = (operand_arena(rec[q], k), int(rec[q]["offset"][k]), int(rec[q]["session_stride"][k]))
+                    if mine != theirs:
+                        what = (
+                            f"reads input operand {k} as {ARENA_NAMES.get(mine[0], mine[0])} arena offset {mine[1]}, "
+                            f"session stride {mine[2]}, where {self.short(q)} reads it as "
+                            f"{ARENA_NAMES.get(theirs[0], theirs[0])} arena offset {theirs[1]}, session stride {theirs[2]}"
+                        )
+                        break
+            if what:
+                raise VerificationError(
+                    f"{self.name(r)} and {self.name(q)} are tiles of one op writing one output view, but {self.short(r)} "
+                    f"{what}: tiles of one op may differ only in their session and element bounds. Fix the operand's "
+                    "offset, session stride, arena or the task's parameter block"
+                )
+
+    def param_blocks(self) -> dict:
+        """params.bin is a sequence of parameter blocks, packed one after the other: word offset -> the
+        decoded block, for every block that decodes and packs back to the same words. A task must point
+        at one of them (a pointer into the middle of a block decodes garbage, or never ends)."""
+        words = self.p.params
+        blocks, at = {}, 0
+        while at < len(words):
+            try:
+                params = unpack_params(words, at)
+                packed = np.asarray(params.pack(), np.int64)
+            except (ValueError, IndexError, OverflowError):
+                break
+            if len(packed) == 0 or not np.array_equal(words[at : at + len(packed)], packed):
+                break
+            blocks[at] = params
+            at += len(packed)
+        return blocks
 
     def bindings(self) -> None:
         """Inputs, reset flags, outputs and state slots: inside their arenas, pairwise disjoint per arena."""
@@ -315,6 +376,8 @@ class _Verifier:
         if arena == Arena.STATE:
             self.check_slots(acc, lo, hi)
             return
+        if arena == Arena.INPUT and not acc.write:
+            self.check_input_slots(acc, lo, hi)
         size = self.arena_bytes[arena]
         bad = np.flatnonzero((lo < 0) | (hi > size))
         if len(bad):
@@ -342,6 +405,28 @@ class _Verifier:
                 f"{int(s[i])} touches state arena bytes [{int(lo[i])}, {int(hi[i])}), which is not inside slot {int(s[i])} "
                 f"of one state ({owner}): a task of session s may touch only slot s. Fix the operand's offset "
                 "(session 0's slot) or session stride (the state's)"
+            )
+
+    def check_input_slots(self, acc: Access, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Session isolation in the input arena: session s of a task reads only session s's frame of one
+        input, or session s's reset flag (another session's frame is another stream's audio)."""
+        specs = [*self.meta.get("inputs", []), *([self.meta["reset"]] if self.meta.get("reset") else [])]
+        if not specs:
+            return
+        s = np.arange(*acc.sessions, dtype=np.int64)
+        ok = np.zeros(len(s), bool)
+        for spec in specs:
+            nbytes = ELEM_BYTES * int(np.prod(spec.get("shape", ()), dtype=np.int64))
+            base = int(spec["offset"]) + s * int(spec["session_stride"])
+            ok |= (lo >= base) & (hi <= base + nbytes)
+        bad = np.flatnonzero(~ok)
+        if len(bad):
+            i = int(bad[0])
+            raise VerificationError(
+                f"{self.name(acc.row)}: input operand {acc.operand} of session {int(s[i])} reads "
+                f"{self.where(Arena.INPUT, int(lo[i]), int(hi[i]))}, which is not inside session {int(s[i])}'s frame of "
+                "one input or its reset flag: a task of session s may read only session s's input. Fix the operand's "
+                "offset, session stride or tile bounds"
             )
 
     def slot_owner(self, byte: int) -> str:
@@ -658,6 +743,7 @@ class _Verifier:
             rec["signal_phase"].astype(np.int64),
         )
         accesses = self.footprints()
+        self.uniform_tiles()
         pairs, exact, intervals = self.races_and_dataflow(accesses, hb)
         self.coverage(accesses)
         self.final_values()
