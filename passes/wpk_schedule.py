@@ -164,6 +164,23 @@ def _bits(indices) -> int:
     return m
 
 
+class _CounterClosure:
+    """Bitset of the tasks that happen before a counter's wait passes: its signallers and what happens
+    before them (through `anc`, each task's ancestors), memoized per counter in `memo`."""
+
+    def __init__(self, counters: list, anc: list[int]):
+        self.counters, self.anc, self.memo = counters, anc, {}
+
+    def __call__(self, c: int) -> int:
+        hit = self.memo.get(c)
+        if hit is None:
+            hit = self.counters[c].mask
+            for s in self.counters[c].tasks:
+                hit |= self.anc[s]
+            self.memo[c] = hit
+        return hit
+
+
 def _barrier_per_phase(tasks: list[_Task], phases: list[list[int]]) -> None:
     """The baseline: each task depends on every task of the previous phase that has tasks, so every
     phase boundary is a grid-wide barrier (ordering with earlier phases follows transitively)."""
@@ -294,16 +311,8 @@ class WpkSchedule(ModulePass):
                 phase_counter[p] = ids[0]
         # ---- waits: the fewest counters that cover each task's dependencies (transitively)
         anc = [0] * len(tasks)  # bitset of everything that happens before the task through its waits
-        closure: dict[int, int] = {}
-
-        def close(c: int) -> int:
-            hit = closure.get(c)
-            if hit is None:
-                hit = counters[c].mask
-                for s in counters[c].tasks:
-                    hit |= anc[s]
-                closure[c] = hit
-            return hit
+        close = _CounterClosure(counters, anc)
+        closure = close.memo
 
         for t in tasks:
             if not t.deps:
@@ -404,16 +413,7 @@ class WpkSchedule(ModulePass):
 
         # ---- drop waits the worker order already implies
         anc2 = [0] * len(tasks)
-        closure2: dict[int, int] = {}
-
-        def close2(c: int) -> int:
-            hit = closure2.get(c)
-            if hit is None:
-                hit = counters[c].mask
-                for s in counters[c].tasks:
-                    hit |= anc2[s]
-                closure2[c] = hit
-            return hit
+        close2 = _CounterClosure(counters, anc2)
 
         position = [0] * len(tasks)
         for w, rows in enumerate(lists):
