@@ -1,0 +1,99 @@
+"""Weights known by their seed: generated where they are used, never stored in a profile.
+
+A model of billions of parameters compiles without materializing a byte of them: its weights are
+``RandomWeight`` specs (shape, seed, scale, storage precision). The CPU interpreter and the numpy
+references call ``materialize``; the CUDA runtime generates the same bits on the device at load
+(``wavec_fill_random`` in the generated kernel.cu), so both targets see identical values.
+
+The generator is counter-based, one 32-bit hash per element (no sequential state, so any thread can
+produce any element): ``h = lowbias32(index ^ lowbias32(seed))`` with Chris Wellons' lowbias32
+(https://nullprogram.com/blog/2018/07/31/, the 0x7feb352d / 0x846ca68b variant). The top 24 bits give
+``u = (h >> 8) * 2**-23 - 1``, exact in float32 and uniform in [-1, 1); the value is ``float32(u * scale)``
+(one float32 rounding, the same on CPU and GPU), then rounded to bfloat16 (nearest, ties to even) when
+``precision == "bf16"``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+PRECISIONS = ("fp32", "bf16")
+
+# Elements generated per numpy step: bounds the temporary uint32/float32 arrays to a few tens of MB.
+_CHUNK = 1 << 22
+
+
+def _lowbias32(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32. NaN stays NaN."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    rounded = np.where(np.isnan(values), bits, rounded)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def seed_for(model_seed: int, name: str) -> int:
+    """A weight's 32-bit seed from the model's seed and the weight's name (CRC-32 of the name: stable
+    across Python runs, unlike ``hash``)."""
+    return (int(model_seed) * 0x9E3779B1 + zlib.crc32(name.encode())) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class RandomWeight:
+    """A float32 tensor of ``shape`` uniform in [-scale, scale), from ``seed`` (see the module docstring).
+
+    ``precision`` "bf16" rounds every value to bfloat16 (the model's weights are bf16 numbers; they are
+    stored and computed as float32). Raises ValueError for a bad shape, seed, scale or precision."""
+
+    shape: tuple[int, ...]
+    seed: int
+    scale: float
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if any(d < 1 for d in self.shape):
+            raise ValueError(f"RandomWeight: shape {self.shape} has a dimension < 1")
+        if not 0 <= int(self.seed) < 2**32:
+            raise ValueError(f"RandomWeight: seed {self.seed} is not a 32-bit unsigned integer")
+        if not np.isfinite(self.scale) or self.scale <= 0:
+            raise ValueError(f"RandomWeight: scale {self.scale} must be a positive finite number")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"RandomWeight: precision {self.precision!r} is not one of {PRECISIONS}")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.size
+
+    def spec(self) -> dict:
+        """The JSON form kept in profile.json (``offset`` is added by the emitter)."""
+        return {"seed": int(self.seed), "scale": float(np.float32(self.scale)), "precision": self.precision,
+                "elems": self.size}
+
+    def materialize(self) -> np.ndarray:
+        """The float32 array, bit-identical to what the device generates."""
+        out = np.empty(self.size, np.float32)
+        key = _lowbias32(np.array([self.seed], np.uint32))[0]
+        scale = np.float32(self.scale)
+        for start in range(0, self.size, _CHUNK):
+            index = np.arange(start, min(start + _CHUNK, self.size), dtype=np.uint32)
+            h = _lowbias32(index ^ key)
+            u = (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-23) - np.float32(1.0)
+            out[start : start + len(index)] = u * scale
+        if self.precision == "bf16":
+            out = round_to_bf16(out)
+        return out.reshape(self.shape)
