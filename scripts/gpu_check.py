@@ -105,6 +105,8 @@ def check_profile(label: str, profile, args) -> dict:
     frames, reset = random_inputs(profile, n, seed=2, reset_rate=0.01)
     trips = []
     with runtime.CudaSession(profile, cubin=cubin) as session:
+        if profile.generated_weights:  # made on the device: the same bits as wavec.weights on the host?
+            row["generated_bits_equal"] = bool(np.array_equal(session.read_weights(), profile.weights_arena()))
         for b in range(n):
             t = time.perf_counter_ns()
             session.beat({k: v[b] for k, v in frames.items()}, reset[b])
@@ -115,7 +117,7 @@ def check_profile(label: str, profile, args) -> dict:
     row["beat_p99_us"] = round(float(np.percentile(lat, 99)), 2)
     row["beat_min_us"] = round(float(lat.min()), 2)
     row["trip_p50_us"] = round(float(np.percentile(trips, 50)), 2)
-    row["ok"] = bool(row["max_abs_err"] <= args.tol)
+    row["ok"] = bool(row["max_abs_err"] <= args.tol and row.get("generated_bits_equal", True))
     return row
 
 
@@ -123,7 +125,7 @@ COLUMNS = [
     ("profile", "profile", 28), ("sessions", "sess", 6), ("workers", "wk", 4), ("tasks", "tasks", 6),
     ("registers", "regs", 5), ("spill_bytes", "spill", 6), ("beat_min_us", "min_us", 8),
     ("beat_p50_us", "p50_us", 8), ("beat_p99_us", "p99_us", 8), ("trip_p50_us", "trip_us", 8),
-    ("max_abs_err", "max_err", 10), ("ok", "ok", 4),
+    ("max_abs_err", "max_err", 10), ("generated_bits_equal", "genbits", 7), ("ok", "ok", 4),
 ]
 
 

@@ -17,6 +17,7 @@ from wavec.passes.wpk_payload import params_table, tasks_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.payload import PAYLOAD_DTYPE, words_to_records
 from wavec.profile import FORMAT, Profile
+from wavec.weights import GeneratedWeight
 
 
 def _attr_value(buf: wpk.BufferOp, key: str):
@@ -86,21 +87,31 @@ def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[l
     return records.astype(PAYLOAD_DTYPE), rows
 
 
-def weights_image(buffers: dict[str, wpk.BufferOp], arena_bytes: int, blob: dict[str, np.ndarray] | None) -> np.ndarray:
+def weights_image(
+    buffers: dict[str, wpk.BufferOp], arena_bytes: int, blob: dict | None
+) -> tuple[np.ndarray, list[dict]]:
+    """The weights arena image (uint8) and the ``generated_weights`` entries of profile.json: a blob value
+    that is a wavec.weights.GeneratedWeight is not written (its bytes stay zero), only recorded."""
     image = np.zeros(arena_bytes, np.uint8)
+    generated: list[dict] = []
     if blob is None:
-        return image
+        return image, generated
     for buf in buffers.values():
         if buf.arena.data != "weights":
             continue
         key = _attr_value(buf, "blob")
         if key not in blob:
             raise WavecError(f"profile emission: no data for weight {key!r}; the frontend's weight blob lacks it")
-        data = np.ascontiguousarray(blob[key], np.float32).tobytes()
-        if len(data) != buf.nbytes:
-            raise WavecError(f"profile emission: weight {key!r} has {len(data)} bytes, its buffer {buf.nbytes}")
-        image[_offset(buf) : _offset(buf) + len(data)] = np.frombuffer(data, np.uint8)
-    return image
+        value = blob[key]
+        nbytes = value.nbytes if isinstance(value, GeneratedWeight) else np.asarray(value).size * 4
+        if nbytes != buf.nbytes:
+            raise WavecError(f"profile emission: weight {key!r} has {nbytes} bytes, its buffer {buf.nbytes}")
+        if isinstance(value, GeneratedWeight):
+            generated.append({"name": key, "offset": _offset(buf), **value.spec()})
+            continue
+        data = np.ascontiguousarray(value, np.float32).view(np.uint8).ravel()
+        image[_offset(buf) : _offset(buf) + len(data)] = data
+    return image, generated
 
 
 def profile_from_module(
@@ -149,4 +160,5 @@ def profile_from_module(
     fused = module.attributes.get("wave.fused_bytes_per_session")
     if fused is not None:
         meta["fusion_saved_bytes_per_session"] = fused.value.data
-    return Profile(meta, payloads, params, weights_image(buffers, arena_bytes["weights"], weights), kernel_source)
+    image, meta["generated_weights"] = weights_image(buffers, arena_bytes["weights"], weights)
+    return Profile(meta, payloads, params, image, kernel_source)

@@ -5,7 +5,8 @@ Files (format ``wavec-profile/1``):
   phases, and ``worker_tasks`` ([begin, end) rows of the payload table per worker, in execution order);
 - ``payloads.bin``: one 128-byte record per task (wavec/payload.py);
 - ``params.bin``: the int64 parameter table the payloads point into (wavec/opcodes.py);
-- ``weights.bin``: the weights arena image (weights, small constants, state initial values);
+- ``weights.bin``: the weights arena image (weights, small constants, state initial values) less the
+  generated weights' bytes (wavec/weights.py ``stored_ranges``: the remaining ranges, concatenated);
 - ``kernel.cu``: the persistent kernel for this profile; ``report.json``: tasks, phases, bytes, FLOPs.
 
 This module imports numpy alone: `wavec run --backend cuda` must work where xDSL is not installed.
@@ -25,7 +26,9 @@ names in lower case: weights, state, act, input, output):
   cohort_axis}]: slot s of the state occupies ``[offset + s*session_stride, + bytes)`` of the state arena,
   the initial value one session's bytes at ``init_offset`` of the weights arena;
 - ``tensors``: [{name, arena, offset, bytes (one session), session_stride}]: every allocation;
-- ``phases``: [{name, op, tasks}]; ``bindings``: {name: value} the frontend folded in.
+- ``phases``: [{name, op, tasks}]; ``bindings``: {name: value} the frontend folded in;
+- ``generated_weights``: [{name, offset, elems, kind ("uniform": seed, scale, precision; "constant":
+  value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin.
 ``cohort_axis`` is where the model's own batched layout put the session axis (the runtime's per-session
 layout drops it).
 """
@@ -43,6 +46,7 @@ import numpy as np
 
 from wavec.errors import ProfileError, RuntimeBackendError
 from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
+from wavec.weights import from_spec, pack_stored, unpack_stored
 
 FORMAT = "wavec-profile/1"
 BACKENDS = ("interp", "cuda")
@@ -55,9 +59,22 @@ class Profile:
     meta: dict
     payloads: np.ndarray  # PAYLOAD_DTYPE records, grouped by worker in execution order
     params: np.ndarray  # int64
-    weights: np.ndarray  # uint8 image of the weights arena
+    weights: np.ndarray  # uint8 image of the weights arena; generated weights' bytes are zero
     kernel_source: str = ""
     report: dict = field(default_factory=dict)
+
+    @property
+    def generated_weights(self) -> list[dict]:
+        return self.meta.get("generated_weights", [])
+
+    def weights_arena(self) -> np.ndarray:
+        """The weights arena as the kernel sees it (uint8): the stored image with every generated weight
+        materialized. Costs the arena's size in host memory; the CUDA runtime generates on the device."""
+        from wavec.weights import fill_generated
+
+        image = np.array(self.weights, np.uint8)
+        fill_generated(image, self.generated_weights)
+        return image
 
     @property
     def sessions(self) -> int:
@@ -219,7 +236,8 @@ def save_profile_files(profile: Profile, directory: str | os.PathLike) -> Path:
             (tmp / "profile.json").write_text(json.dumps(profile.meta, indent=1))
             (tmp / "payloads.bin").write_bytes(np.ascontiguousarray(profile.payloads, PAYLOAD_DTYPE).tobytes())
             (tmp / "params.bin").write_bytes(np.ascontiguousarray(profile.params, "<i8").tobytes())
-            (tmp / "weights.bin").write_bytes(np.ascontiguousarray(profile.weights, np.uint8).tobytes())
+            (tmp / "weights.bin").write_bytes(pack_stored(np.ascontiguousarray(profile.weights, np.uint8),
+                                                          profile.generated_weights).tobytes())
             (tmp / "kernel.cu").write_text(profile.kernel_source)
             (tmp / "report.json").write_text(json.dumps(profile.report, indent=1))
             if target.exists():  # a wavec profile (checked above): swap it out, then drop it
@@ -320,9 +338,21 @@ def validate_meta(meta, where: str) -> None:
             raise bad(f"phases[{i}] is {ph!r}, expected {{name, op, tasks}}")
     if not isinstance(meta.get("bindings", {}), dict):
         raise bad("bindings is not an object")
+    generated = meta.get("generated_weights", [])
+    if not isinstance(generated, list):
+        raise bad("generated_weights is not a list")
+    for i, spec in enumerate(generated):
+        if not (isinstance(spec, dict) and _is_int(spec.get("offset")) and _is_int(spec.get("elems"))
+                and spec["offset"] >= 0 and spec["elems"] >= 1
+                and spec["offset"] + 4 * spec["elems"] <= meta["arena_bytes"]["weights"]):
+            raise bad(f"generated_weights[{i}] is {spec!r}, expected {{name, offset, elems, kind, ...}} inside the weights arena")
+        try:
+            from_spec(spec)
+        except (ValueError, KeyError, TypeError) as e:
+            raise bad(f"generated_weights[{i}]: {e}") from e
 
 
-def _check_consistency(meta: dict, n_payloads: int, n_params: int, n_weights: int, root: Path) -> None:
+def _check_consistency(meta: dict, n_payloads: int, n_params: int, root: Path) -> None:
     def bad(file: str, what: str) -> ProfileError:
         return ProfileError(f"{root / file}: {what}; the profile is damaged, recompile it with `wavec compile ... -o DIR`")
 
@@ -346,8 +376,6 @@ def _check_consistency(meta: dict, n_payloads: int, n_params: int, n_weights: in
         raise bad("profile.json", f"phases hold {sum(p['tasks'] for p in meta['phases'])} tasks, payloads.bin {n_payloads}")
     if n_payloads and not n_params:
         raise bad("params.bin", "is empty but the tasks point into it")
-    if n_weights != meta["arena_bytes"]["weights"]:
-        raise bad("weights.bin", f"has {n_weights} bytes, profile.json says the weights arena is {meta['arena_bytes']['weights']}")
 
 
 def load(directory: str | os.PathLike) -> Profile:
@@ -381,7 +409,11 @@ def load(directory: str | os.PathLike) -> Profile:
         raise ProfileError(f"{root / 'payloads.bin'}: {len(raw)} bytes is not a whole number of 128-byte payloads")
     if len(params_raw) % 8:
         raise ProfileError(f"{root / 'params.bin'}: {len(params_raw)} bytes is not a whole number of int64 parameters")
-    _check_consistency(meta, len(raw) // PAYLOAD_BYTES, len(params_raw) // 8, len(weights), root)
+    _check_consistency(meta, len(raw) // PAYLOAD_BYTES, len(params_raw) // 8, root)
+    try:
+        weights = unpack_stored(weights, meta["arena_bytes"]["weights"], meta.get("generated_weights", []))
+    except ValueError as e:
+        raise ProfileError(f"{root / 'weights.bin'}: {e}; the profile is damaged, recompile it with `wavec compile ... -o DIR`") from e
     report: dict = {}
     report_path = root / "report.json"
     if report_path.exists():

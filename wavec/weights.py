@@ -1,9 +1,11 @@
-"""Weights known by their seed: generated where they are used, never stored in a profile.
+"""Generated weights: known by a seed or a fill value, made where they are used, never stored in a profile.
 
 A model of billions of parameters compiles without materializing a byte of them: its weights are
-``RandomWeight`` specs (shape, seed, scale, storage precision). The CPU interpreter and the numpy
-references call ``materialize``; the CUDA runtime generates the same bits on the device at load
-(``wavec_fill_random`` in the generated kernel.cu), so both targets see identical values.
+``RandomWeight`` specs (shape, seed, scale, precision) and its zero-initialized caches ``ConstantWeight``
+specs. A frontend puts them in its weights dict in place of arrays; the emitter records each one's
+arena offset and spec in profile.json (``generated_weights``) and leaves its bytes out of weights.bin.
+The CPU interpreter and the numpy references call ``materialize``; the CUDA runtime generates the same
+bits on the device at load (``wavec_fill_weights`` in the generated kernel.cu).
 
 The generator is counter-based, one 32-bit hash per element (no sequential state, so any thread can
 produce any element): ``h = lowbias32(index ^ lowbias32(seed))`` with Chris Wellons' lowbias32
@@ -64,6 +66,8 @@ class RandomWeight:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if any(d < 1 for d in self.shape):
             raise ValueError(f"RandomWeight: shape {self.shape} has a dimension < 1")
+        if self.size >= 2**32:
+            raise ValueError(f"RandomWeight: {self.size} elements; the generator indexes at most 2**32 - 1")
         if not 0 <= int(self.seed) < 2**32:
             raise ValueError(f"RandomWeight: seed {self.seed} is not a 32-bit unsigned integer")
         if not np.isfinite(self.scale) or self.scale <= 0:
@@ -80,9 +84,9 @@ class RandomWeight:
         return 4 * self.size
 
     def spec(self) -> dict:
-        """The JSON form kept in profile.json (``offset`` is added by the emitter)."""
-        return {"seed": int(self.seed), "scale": float(np.float32(self.scale)), "precision": self.precision,
-                "elems": self.size}
+        """The JSON form kept in profile.json (``name`` and ``offset`` are added by the emitter)."""
+        return {"kind": "uniform", "elems": self.size, "seed": int(self.seed),
+                "scale": float(np.float32(self.scale)), "precision": self.precision}
 
     def materialize(self) -> np.ndarray:
         """The float32 array, bit-identical to what the device generates."""
@@ -97,3 +101,100 @@ class RandomWeight:
         if self.precision == "bf16":
             out = round_to_bf16(out)
         return out.reshape(self.shape)
+
+
+@dataclass(frozen=True)
+class ConstantWeight:
+    """A float32 tensor of ``shape`` with every element ``value`` (a zeroed KV cache's initial value)."""
+
+    shape: tuple[int, ...]
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if any(d < 1 for d in self.shape):
+            raise ValueError(f"ConstantWeight: shape {self.shape} has a dimension < 1")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.size
+
+    def spec(self) -> dict:
+        return {"kind": "constant", "elems": self.size, "value": float(np.float32(self.value))}
+
+    def materialize(self) -> np.ndarray:
+        return np.full(self.shape, np.float32(self.value), np.float32)
+
+
+GeneratedWeight = RandomWeight | ConstantWeight
+
+
+def from_spec(spec: dict) -> GeneratedWeight:
+    """The weight of one profile.json ``generated_weights`` entry (flat: shape ``(elems,)``).
+    Raises ValueError for an unknown kind or bad fields."""
+    kind = spec.get("kind")
+    if kind == "uniform":
+        return RandomWeight((spec["elems"],), spec["seed"], spec["scale"], spec["precision"])
+    if kind == "constant":
+        return ConstantWeight((spec["elems"],), spec["value"])
+    raise ValueError(f"generated weight {spec.get('name', '?')!r}: unknown kind {kind!r} (uniform, constant)")
+
+
+def stored_ranges(arena_bytes: int, generated: list[dict]) -> list[tuple[int, int]]:
+    """The byte ranges ``[begin, end)`` of the weights arena that weights.bin stores: all but the
+    generated weights', in order. weights.bin is their concatenation."""
+    ranges, at = [], 0
+    for spec in sorted(generated, key=lambda g: int(g["offset"])):
+        begin = int(spec["offset"])
+        if begin > at:
+            ranges.append((at, begin))
+        at = max(at, begin + 4 * int(spec["elems"]))
+    if at < arena_bytes:
+        ranges.append((at, arena_bytes))
+    return ranges
+
+
+def pack_stored(image: np.ndarray, generated: list[dict]) -> np.ndarray:
+    """weights.bin's bytes: the stored ranges of the arena ``image`` (uint8), concatenated."""
+    parts = [image[b:e] for b, e in stored_ranges(len(image), generated)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def unpack_stored(stored: np.ndarray, arena_bytes: int, generated: list[dict]) -> np.ndarray:
+    """The arena image (uint8, generated weights left zero) from weights.bin's bytes. Raises ValueError
+    when the sizes disagree."""
+    ranges = stored_ranges(arena_bytes, generated)
+    expected = sum(e - b for b, e in ranges)
+    if len(stored) != expected:
+        raise ValueError(f"has {len(stored)} bytes; the weights arena less its generated weights is {expected}")
+    image = np.zeros(arena_bytes, np.uint8)
+    at = 0
+    for b, e in ranges:
+        image[b:e] = stored[at : at + e - b]
+        at += e - b
+    return image
+
+
+def fill_generated(image: np.ndarray, generated: list[dict]) -> None:
+    """Writes every generated weight's values into the arena ``image`` (uint8) in place."""
+    for spec in generated:
+        values = from_spec(spec).materialize().view(np.uint8).ravel()
+        image[int(spec["offset"]) : int(spec["offset"]) + len(values)] = values
+
+
+def read_arena(image: np.ndarray, generated: list[dict], offset: int, nbytes: int) -> np.ndarray:
+    """Bytes ``[offset, offset + nbytes)`` of the weights arena as the kernel sees them (uint8): the stored
+    ``image`` with the generated weights that overlap the range materialized (a state's initial value
+    may be a ConstantWeight)."""
+    out = np.array(image[offset : offset + nbytes], np.uint8)
+    for spec in generated:
+        begin, end = int(spec["offset"]), int(spec["offset"]) + 4 * int(spec["elems"])
+        lo, hi = max(begin, offset), min(end, offset + nbytes)
+        if lo < hi:
+            values = from_spec(spec).materialize().view(np.uint8).ravel()
+            out[lo - offset : hi - offset] = values[lo - begin : hi - begin]
+    return out

@@ -37,6 +37,8 @@ PROTOCOL = 4  # 2: the kernel takes the optional per-task trace buffer; 3: a tas
 # 4: MATMUL and CONV parameter blocks end with an epilogue (wavec.opcodes.Epilogue)
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
+FILL_KERNEL_NAME = "wavec_fill_weights"
+FILL_KINDS = {"uniform": 0, "constant": 1}  # wavec.weights spec kinds -> the fill kernel's `kind`
 BLOCK_THREADS = 256
 STACK_DEPTH = 16  # elementwise bytecode stack (wavec.opcodes.compile_expr promises at most 16)
 EXTRA_COUNTERS = 2  # epoch mirror, stop mirror
@@ -131,6 +133,8 @@ def generate_kernel(profile_meta: dict) -> str:
         "binary_fn": _c_float_fn(BINARY, "ab", "binary_op", "wavec.opcodes.BINARY, in its order: a = second from top"),
         "ternary_fn": _c_float_fn(TERNARY, "cab", "ternary_op", "wavec.opcodes.TERNARY, in its order: c pushed first"),
         "kernel_name": KERNEL_NAME,
+        "fill_kernel_name": FILL_KERNEL_NAME,
+        "fill_uniform": FILL_KINDS["uniform"],
     }
     return _TEMPLATE.substitute(subs)
 
@@ -835,6 +839,39 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
         st_release_sys(&out_epoch[kOutEpoch], beat + 1);
       }
     }
+  }
+}
+
+// Generated weights (wavec/weights.py, which documents the generator): run once at load, before the
+// persistent kernel, for each profile.json `generated_weights` entry. Element i of a uniform weight is
+// float32(u * scale) with u = (h >> 8) * 2^-23 - 1 and h = lowbias32(i ^ lowbias32(seed)), rounded to
+// bfloat16 (nearest, ties to even) when `bf16`; the explicit _rn operations keep nvcc from contracting
+// them into an fma, so the bits equal numpy's.
+__device__ __forceinline__ unsigned lowbias32(unsigned x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+extern "C" __global__ void $fill_kernel_name(float* __restrict__ dst, unsigned long long elems, int kind,
+                                          unsigned seed, float scale, int bf16, float value) {
+  const unsigned key = lowbias32(seed);
+  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < elems; i += step) {
+    float v = value;
+    if (kind == $fill_uniform) {
+      const unsigned h = lowbias32((unsigned)i ^ key);
+      const float u = __fsub_rn(__fmul_rn((float)(h >> 8), 1.1920928955078125e-07f), 1.0f);
+      v = __fmul_rn(u, scale);
+      if (bf16 && !isnan(v)) {
+        const unsigned b = __float_as_uint(v);
+        v = __uint_as_float((b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u);
+      }
+    }
+    dst[i] = v;
   }
 }
 """

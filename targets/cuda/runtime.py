@@ -24,6 +24,7 @@ import numpy as np
 from wavec.errors import RuntimeBackendError
 from wavec.opcodes import Arena
 from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
+from wavec.weights import read_arena, stored_ranges
 
 from . import codegen
 from .build import build_cubin
@@ -220,7 +221,8 @@ class CudaSession:
         alloc("payloads", len(payloads) * PAYLOAD_BYTES, payloads.view(np.uint8))
         alloc("worker_tasks", wt.nbytes, np.ascontiguousarray(wt))
         alloc("params", params.nbytes, params)
-        alloc("weights", max(ab["weights"], weights.nbytes), weights)
+        alloc("weights", max(ab["weights"], weights.nbytes))
+        self._load_weights(weights)
         alloc("state", ab["state"], self._initial_state(ab["state"], weights))
         alloc("act", ab["act"])
         alloc("input", 2 * self.input_half)
@@ -261,12 +263,39 @@ class CudaSession:
         check(cu.cuCtxSynchronize(), "cuCtxSynchronize (uploads)")
         self._launch()
 
+    def _load_weights(self, image: np.ndarray) -> None:
+        """Uploads the stored ranges of the weights arena and generates the rest on the device
+        (codegen.FILL_KERNEL_NAME), so a model's random weights never cross PCIe."""
+        cu = driver()
+        base = self._dev["weights"]
+        generated = self.profile.generated_weights
+        for begin, end in stored_ranges(len(image), generated):
+            check(cu.cuMemcpyHtoD(base + begin, image.ctypes.data + begin, end - begin), "upload weights")
+        if not generated:
+            return
+        fill = check(cu.cuModuleGetFunction(self._module, codegen.FILL_KERNEL_NAME.encode()), "cuModuleGetFunction(fill)")
+        for spec in generated:
+            args = [
+                ctypes.c_uint64(base + int(spec["offset"])),
+                ctypes.c_uint64(int(spec["elems"])),
+                ctypes.c_int(codegen.FILL_KINDS[spec["kind"]]),
+                ctypes.c_uint32(int(spec.get("seed", 0))),
+                ctypes.c_float(float(spec.get("scale", 0.0))),
+                ctypes.c_int(int(spec.get("precision") == "bf16")),
+                ctypes.c_float(float(spec.get("value", 0.0))),
+            ]
+            ptrs = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+            blocks = max(1, min(4096, -(-int(spec["elems"]) // codegen.BLOCK_THREADS)))
+            check(cu.cuLaunchKernel(fill, blocks, 1, 1, codegen.BLOCK_THREADS, 1, 1, 0, 0, ptrs, 0),
+                  f"generate weight {spec.get('name', '?')!r}")
+        check(cu.cuCtxSynchronize(), "cuCtxSynchronize (generated weights)")
+
     def _initial_state(self, nbytes: int, weights: np.ndarray) -> np.ndarray:
         """The state arena image with every session's slot at its initial value."""
         image = np.zeros(max(nbytes, 0), np.uint8)
         for st in self.meta.get("states", []):
             size = 4 * math.prod(int(d) for d in st["shape"])
-            init = weights[int(st["init_offset"]) : int(st["init_offset"]) + size]
+            init = read_arena(weights, self.profile.generated_weights, int(st["init_offset"]), size)
             if init.nbytes != size:
                 raise RuntimeBackendError(f"state {st['name']!r}: initial value at {st['init_offset']} lies outside weights.bin")
             slots = np.ndarray((self.sessions, size), np.uint8, buffer=image, offset=int(st["offset"]),
@@ -312,6 +341,13 @@ class CudaSession:
         cu = driver()
         out = np.zeros((len(self.profile.payloads), TRACE_WORDS), np.uint64)
         check(cu.cuMemcpyDtoH(out.ctypes.data, self._dev["trace"], out.nbytes), "read trace")
+        return out
+
+    def read_weights(self) -> np.ndarray:
+        """The device's weights arena (uint8), generated weights included: what the kernel reads."""
+        cu = driver()
+        out = np.zeros(int(self.meta["arena_bytes"]["weights"]), np.uint8)
+        check(cu.cuMemcpyDtoH(out.ctypes.data, self._dev["weights"], out.nbytes), "read weights")
         return out
 
     # ---- beats ----------------------------------------------------------------------------------------

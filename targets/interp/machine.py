@@ -130,7 +130,7 @@ class Interpreter:
         self.arena_bytes = sizes
         self.arenas: dict[Arena, object] = {}
         weights = np.zeros(_f32_elems(len(profile.weights)) * 4, np.uint8)
-        weights[: len(profile.weights)] = profile.weights
+        weights[: len(profile.weights)] = profile.weights_arena()
         weights.flags.writeable = False
         self.arenas[Arena.WEIGHTS] = weights
         for a, n in sizes.items():
