@@ -43,6 +43,8 @@ from xdsl.irdl import (
     var_operand_def,
     AttrSizedOperandSegments,
 )
+from xdsl.parser import Parser
+from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from wavec.opcodes import REDUCE_KINDS, parse_expr
@@ -221,29 +223,124 @@ def epilogue_text(op: IRDLOperation) -> str | None:
     return op.epilogue.data if op.epilogue is not None else None
 
 
+def _verify_prologue(op: "MatmulOp") -> None:
+    """An optional ``prologue`` expression applied to each element of ``a`` as the matmul loads it: ``%0``
+    is the element, ``%1..`` the ``prologue_inputs``. Each input broadcasts (right-aligned) to ``a``'s shape
+    and varies along the row axes alone (all but the last: a per-row mean or reciprocal deviation) or
+    along the last (k) axis alone (a per-feature scale or shift), never along both: a task reads it once per
+    row or once per k, not once per element of ``a``."""
+    extras = list(op.prologue_inputs)
+    if op.prologue is None:
+        if extras:
+            raise VerifyException(f"{op.name}: prologue inputs without a prologue expression")
+        return
+    try:
+        expr = parse_expr(op.prologue.data)
+    except ValueError as e:
+        raise VerifyException(f"{op.name}: prologue: {e}") from e
+    used = expr.inputs()
+    if used and max(used) > len(extras):
+        raise VerifyException(
+            f"{op.name}: prologue uses %{max(used)} but the op has {len(extras)} prologue inputs (%1..%{len(extras)})"
+        )
+    sa = shape_of(op.a)
+    for v in extras:
+        s = shape_of(v)
+        if broadcast_shapes([s, sa]) != sa:
+            raise VerifyException(f"{op.name}: prologue input {list(s)} does not broadcast to a's shape {list(sa)}")
+        if prologue_axis(s, sa) is None:
+            raise VerifyException(
+                f"{op.name}: prologue input {list(s)} varies along both the rows and the k axis of a {list(sa)}; "
+                "a prologue input is per row (last axis 1) or per k (every other axis 1)"
+            )
+
+
+def prologue_axis(shape: Sequence[int], a_shape: Sequence[int]) -> str | None:
+    """How an input of ``shape``, broadcast to a matmul's ``a_shape``, varies: "row" (not along k), "k"
+    (along k alone), or None (along both). A constant-along-everything input counts as "row"."""
+    pad = len(a_shape) - len(shape)
+    varies = [size != 1 and a_shape[pad + i] != 1 for i, size in enumerate(shape)]
+    along_k = bool(varies) and varies[-1]
+    along_rows = any(varies[:-1])
+    if along_k and along_rows:
+        return None
+    return "k" if along_k else "row"
+
+
 @irdl_op_definition
 class MatmulOp(IRDLOperation):
-    """numpy ``matmul(a, b)`` for operands of rank >= 2 (batch axes broadcast), then the optional
-    ``epilogue`` (``wave-fuse`` folds a bias, an activation or a residual into it)."""
+    """numpy ``matmul(prologue(a), b)`` for operands of rank >= 2 (batch axes broadcast), then the optional
+    ``epilogue`` (``wave-fuse`` folds a bias, an activation or a residual into it, and a norm's final
+    normalizing step into the ``prologue``, which is applied to each element of ``a`` as it is read)."""
 
     name = "wave.matmul"
     a = operand_def(TensorType)
     b = operand_def(TensorType)
+    prologue_inputs = var_operand_def(TensorType)
     epilogue_inputs = var_operand_def(TensorType)
+    prologue = opt_prop_def(StringAttr)
     epilogue = opt_prop_def(StringAttr)
     result = result_def(TensorType)
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$a `,` $b (`epilogue` $epilogue^ `(` $epilogue_inputs `)`)? attr-dict `:` functional-type(operands, $result)"
-    )
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    # Custom form (the declarative format cannot type two variadic groups with one functional type):
+    #   %a, %b [prologue "expr"(%p, ...)] [epilogue "expr"(%e, ...)] attr-dict : (types of all operands) -> type
 
     def __init__(self, a: SSAValue, b: SSAValue, shape: Sequence[int], epilogue: str | None = None,
-                 epilogue_inputs: Sequence[SSAValue] = ()):
+                 epilogue_inputs: Sequence[SSAValue] = (), prologue: str | None = None,
+                 prologue_inputs: Sequence[SSAValue] = ()):
         props = {"epilogue": StringAttr(epilogue)} if epilogue is not None else {}
-        super().__init__(operands=[a, b, list(epilogue_inputs)], result_types=[tensor(shape)], properties=props)
+        if prologue is not None:
+            props["prologue"] = StringAttr(prologue)
+        super().__init__(operands=[a, b, list(prologue_inputs), list(epilogue_inputs)], result_types=[tensor(shape)],
+                         properties=props)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> "MatmulOp":
+        a = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        b = parser.parse_unresolved_operand()
+        groups = {}
+        for keyword in ("prologue", "epilogue"):
+            if parser.parse_optional_keyword(keyword):
+                expr = parser.parse_str_literal()
+                groups[keyword] = (expr, parser.parse_comma_separated_list(
+                    parser.Delimiter.PAREN, parser.parse_unresolved_operand))
+        attrs = parser.parse_optional_attr_dict()
+        props = {k: attrs.pop(k) for k in ("prologue", "epilogue") if k in attrs}
+        parser.parse_punctuation(":")
+        pos = parser.pos
+        ftype = parser.parse_function_type()
+        pro, epi = groups.get("prologue", (None, [])), groups.get("epilogue", (None, []))
+        values = parser.resolve_operands([a, b, *pro[1], *epi[1]], ftype.inputs.data, pos)
+        if len(ftype.outputs.data) != 1:
+            parser.raise_error("wave.matmul has one result", pos)
+        n_pro = len(pro[1])
+        op = cls(values[0], values[1], shape_of(ftype.outputs.data[0]), epi[0], values[2 + n_pro :], pro[0],
+                 values[2 : 2 + n_pro])
+        op.properties.update(props)
+        op.attributes.update(attrs)
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.a)
+        printer.print_string(", ")
+        printer.print_operand(self.b)
+        for keyword, expr, inputs in (("prologue", self.prologue, self.prologue_inputs),
+                                      ("epilogue", self.epilogue, self.epilogue_inputs)):
+            if expr is not None:
+                printer.print_string(f" {keyword} ")
+                printer.print_string_literal(expr.data)
+                printer.print_string("(")
+                printer.print_list(inputs, printer.print_operand)
+                printer.print_string(")")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_function_type([v.type for v in self.operands], [self.result.type])
 
     def verify_(self) -> None:
         _verify_epilogue(self)
+        _verify_prologue(self)
         sa, sb, out = shape_of(self.a), shape_of(self.b), shape_of(self.result)
         if len(sa) < 2 or len(sb) < 2:
             raise VerifyException(f"wave.matmul: operands must have rank >= 2, got {list(sa)} and {list(sb)}")

@@ -206,6 +206,9 @@ class TaskOp(IRDLOperation):
             out.append(self.signal_phase.value.data)
         return out
 
+    def set_params(self, words: Sequence[int]) -> None:
+        self.properties["params"] = _i64s(words)
+
     def set_payload(self, words: Sequence[int]) -> None:
         self.properties["payload"] = DenseArrayBase.from_list(i32, [int(w) for w in words])
 

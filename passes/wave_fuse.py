@@ -1,4 +1,5 @@
-"""`wave-fuse`: fold chains of elementwise ops into one `wave.ewise`.
+"""`wave-fuse`: fold chains of elementwise ops into one `wave.ewise`, and into matmul / conv epilogues and
+matmul prologues.
 
 A `wave.ewise` whose result has exactly one use, and that use is another `wave.ewise`, is substituted into
 its user's expression: `sqrt(%0)` of `add(%0, %1)` becomes `sqrt(add(%0, %1))`, saving the intermediate's
@@ -13,6 +14,16 @@ residual): `relu(add(%0, %1))(%mm, %bias)` becomes `wave.matmul ... epilogue "re
 where `%0` is the accumulated value and the user's other inputs become the producer's epilogue inputs. An
 existing epilogue composes. The fused op's inputs (the producer's own plus the extras) stay within
 `max-inputs`; a producer read twice, or written to state or output, keeps its value and is not fused.
+
+Prologues: a `wave.ewise` whose result is a `wave.matmul`'s `a` and has no other use (the final
+normalizing step of a layer or RMS norm, `mul(mul(%0, rsqrt(%1)), %2)(%x, %ms, %g)`) is folded into the
+matmul as its `prologue`, applied to each element of `a` as the matmul loads it, so the normalized tensor
+is never stored: one input that varies along a's rows and k becomes the new `a` (`%0`), the others the
+prologue inputs, each of which must vary along a's rows alone (a per-row mean or deviation) or along k
+alone (a per-feature scale or shift). An existing prologue composes. The matmul's own operands, the
+prologue's and the epilogue's inputs together stay within `max-inputs`, so a layer norm with both a scale
+and a shift (mean, deviation, scale, shift: four extras) is not fused; RMS norm, or a layer norm whose `x -
+mean` is stored for its variance, fits (deviation and scale).
 
 The module records `wave.fused_bytes_per_session`: the HBM bytes one session's beat no longer moves
 (each fused intermediate was written once and read once); the report scales it by the cohort.
@@ -32,6 +43,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -83,8 +95,13 @@ class FuseElementwiseProducer(_Fusion):
 
 
 def _own_operands(op: wave.MatmulOp | wave.ConvOp) -> list:
+    """The operands before the epilogue's inputs (a matmul's prologue inputs included)."""
     n_extra = len(op.epilogue_inputs)
     return list(op.operands[: len(op.operands) - n_extra])
+
+
+def _text(attr) -> str | None:
+    return attr.data if attr is not None else None
 
 
 class FuseEpilogue(_Fusion):
@@ -111,7 +128,8 @@ class FuseEpilogue(_Fusion):
             expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
             shape = wave.shape_of(producer.result)
             if isinstance(producer, wave.MatmulOp):
-                fused = wave.MatmulOp(own[0], own[1], shape, str(expr), extras)
+                fused = wave.MatmulOp(own[0], own[1], shape, str(expr), extras, _text(producer.prologue),
+                                      list(producer.prologue_inputs))
             else:
                 fused = wave.ConvOp(own[0], own[1], producer.bias, shape, producer.strides.get_values(),
                                     producer.pads.get_values(), producer.dilations.get_values(),
@@ -124,17 +142,68 @@ class FuseEpilogue(_Fusion):
             return
 
 
+def _prologue_base(producer: wave.EwiseOp, a_shape: tuple[int, ...]) -> SSAValue | None:
+    """The input of `producer` that becomes the matmul's new ``a`` (%0 of the prologue): the one input that
+    varies along both the rows and k of ``a`` (the norm's x or x - mean), or, when every input is a legal
+    prologue input (a single row), the first of a's exact shape. None when no input or two qualify."""
+    full = [v for v in producer.inputs if wave.shape_of(v) == a_shape]
+    both = {v for v in producer.inputs if wave.prologue_axis(wave.shape_of(v), a_shape) is None}
+    if len(both) > 1 or (both and not set(full) >= both):
+        return None
+    if both:
+        return next(iter(both))
+    return full[0] if full else None
+
+
+class FusePrologue(_Fusion):
+    """Folds the single-use elementwise producer of a matmul's ``a`` (a norm's final normalizing step) into
+    the matmul as its prologue: ``a' = prologue(a, extras...)``, each extra per row of a or per k."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, mm: wave.MatmulOp, rewriter: PatternRewriter) -> None:
+        producer = mm.a.owner
+        if not isinstance(producer, wave.EwiseOp) or not mm.a.has_one_use():
+            return
+        a_shape = wave.shape_of(mm.a)
+        base = _prologue_base(producer, a_shape)
+        if base is None:
+            return
+        extras = list(mm.prologue_inputs)
+        for v in producer.inputs:
+            if v is not base and v not in extras:
+                extras.append(v)
+        if 2 + len(extras) + len(mm.epilogue_inputs) > self.max_inputs:
+            return
+        # The producer's expression over (base = %0, extras = %1..); an existing prologue reads it as its %0.
+        slot = {v: Expr("input", 0 if v is base else 1 + extras.index(v)) for v in producer.inputs}
+        inner = parse_expr(producer.expr.data).substitute({i: slot[v] for i, v in enumerate(producer.inputs)})
+        expr = inner
+        if mm.prologue is not None:
+            keep = {j + 1: Expr("input", j + 1) for j in range(len(mm.prologue_inputs))}
+            expr = parse_expr(mm.prologue.data).substitute({0: inner, **keep})
+        fused = wave.MatmulOp(base, mm.b, wave.shape_of(mm.result), _text(mm.epilogue), list(mm.epilogue_inputs),
+                              str(expr), extras)
+        fused.attributes.update(mm.attributes)
+        self.saved.append(intermediate_bytes(producer.result))
+        rewriter.replace(mm, fused)
+        rewriter.erase(producer)
+
+
 SAVED_ATTR = "wave.fused_bytes_per_session"
 
 
 @dataclass(frozen=True)
 class WaveFuse(ModulePass):
-    """Fuses single-use elementwise producers into their elementwise users, and elementwise users of
-    single-use matmul / conv results into those ops as epilogues."""
+    """Fuses single-use elementwise producers into their elementwise users, elementwise users of
+    single-use matmul / conv results into those ops as epilogues, and the single-use elementwise producer
+    of a matmul's a (a norm's normalizing step) into the matmul as its prologue."""
 
     name = "wave-fuse"
     max_inputs: int = field(
         default=MAX_INPUTS, metadata={"help": f"most inputs of a fused op (a task reads at most {MAX_INPUTS})"}
+    )
+    prologues: bool = field(
+        default=True, metadata={"help": "fold a norm's normalizing ewise into the matmul that reads it (prologue)"}
     )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -143,7 +212,8 @@ class WaveFuse(ModulePass):
         saved: list[int] = []
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
-                [FuseElementwiseProducer(self.max_inputs, saved), FuseEpilogue(self.max_inputs, saved)],
+                [FuseElementwiseProducer(self.max_inputs, saved), FuseEpilogue(self.max_inputs, saved),
+                 *([FusePrologue(self.max_inputs, saved)] if self.prologues else [])],
                 dce_enabled=False,
             ),
             apply_recursively=True,

@@ -34,7 +34,9 @@ from wavec.opcodes import (
     ConvParams,
     EwiseParams,
     NO_EPILOGUE,
+    NO_PROLOGUE,
     Epilogue,
+    Prologue,
     MatmulParams,
     ReduceParams,
     compile_expr,
@@ -197,7 +199,44 @@ def _epilogue(op: wave.MatmulOp | wave.ConvOp, extras: list[Loc], out: Loc) -> E
     )
 
 
-def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc, extras: list[Loc]) -> tuple:
+def _prologue(op: wave.MatmulOp, a: Loc, extras: list[Loc], out: Loc) -> Prologue:
+    """The matmul's prologue, each extra read like ``a`` (strides over the output's dims and k), or the
+    identity. An extra broadcasts to a's shape (the verifier of wave.matmul checks it), so its strides over
+    a's own axes place it; a's batch axes then align with the output's as a's own strides do."""
+    if op.prologue is None:
+        return NO_PROLOGUE
+    full = wave.shape_of(op.result)
+    ps = out.per_session
+    strides = []
+    for e in extras:
+        # e broadcast to a's full shape (cohort axis included when a has one), read as if it were a.
+        over_a = broadcast_strides(e, a.shape, False)
+        strides.append(_matmul_operand_strides(over_a, a.shape, full, ps, "a"))
+    return Prologue(strides=tuple(strides), code=tuple(compile_expr(parse_expr(op.prologue.data))))
+
+
+def _matmul_operand_strides(own: tuple[int, ...], shape: tuple[int, ...], full: tuple[int, ...], ps: bool,
+                            role: str) -> tuple[int, ...]:
+    """Strides over the output's dims and k of a matmul operand of full shape ``shape`` whose own element
+    strides are ``own`` (0 along the cohort axis), for an output of full shape ``full``; the cohort axis
+    dropped when the iteration is per session (``ps``)."""
+    batch_full, batch_own = full[:-2], shape[:-2]
+    pad = len(batch_full) - len(batch_own)
+    strides = [
+        0 if d - pad < 0 or batch_own[d - pad] == 1 and size != 1 else own[d - pad]
+        for d, size in enumerate(batch_full)
+    ]
+    if role == "a":
+        strides += [own[-2], 0, own[-1]]
+    else:
+        strides += [0, own[-1], own[-2]]
+    return tuple(strides[1:] if ps else strides)
+
+
+def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) -> tuple:
+    a, b = ins[:2]
+    n_pro = len(op.prologue_inputs)
+    pro_extras, extras = ins[2 : 2 + n_pro], ins[2 + n_pro :]
     full = wave.shape_of(op.result)
     ps = out.per_session
     k = wave.shape_of(op.a)[-1]
@@ -205,17 +244,7 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc, ex
     def operand_strides(loc: Loc, role: str) -> tuple[int, ...]:
         own = contiguous_strides(loc.session_shape)
         own = ((0,) + own) if loc.per_session else own
-        batch_full, batch_own = full[:-2], loc.shape[:-2]
-        pad = len(batch_full) - len(batch_own)
-        strides = [
-            0 if d - pad < 0 or batch_own[d - pad] == 1 and size != 1 else own[d - pad]
-            for d, size in enumerate(batch_full)
-        ]
-        if role == "a":
-            strides += [own[-2], 0, own[-1]]
-        else:
-            strides += [0, own[-1], own[-2]]
-        return tuple(strides[1:] if ps else strides)
+        return _matmul_operand_strides(own, loc.shape, full, ps, role)
 
     params = MatmulParams(
         shape=out.session_shape,
@@ -224,8 +253,9 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, a: Loc, b: Loc, out: Loc, ex
         a_strides=operand_strides(a, "a"),
         b_strides=operand_strides(b, "b"),
         epilogue=_epilogue(op, extras, out),
+        prologue=_prologue(op, a, pro_extras, out),
     )
-    return params, [a, b, *extras], out
+    return params, [a, b, *pro_extras, *extras], out
 
 
 def _lower_conv(lw: _Lowering, op: wave.ConvOp, ins: list[Loc], out: Loc) -> tuple:
@@ -373,7 +403,7 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         if len(ins) > MAX_INPUTS:
             raise PassFailedException(f"wave-to-wpk: wave.ewise has {len(ins)} inputs, a task takes {MAX_INPUTS}")
     elif isinstance(op, wave.MatmulOp):
-        parts = [_lower_matmul(lw, op, ins[0], ins[1], out, ins[2:])]
+        parts = [_lower_matmul(lw, op, ins, out)]
     elif isinstance(op, wave.ConvOp):
         parts = [_lower_conv(lw, op, ins, out)]
     elif isinstance(op, wave.ReduceOp):
@@ -388,7 +418,7 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         raise PassFailedException(f"wave-to-wpk: no lowering for {op.name}")
     if isinstance(op, (wave.MatmulOp, wave.ConvOp)) and len(parts[0][1]) > MAX_INPUTS:
         raise PassFailedException(
-            f"wave-to-wpk: {op.name} with its epilogue reads {len(parts[0][1])} inputs, a task takes {MAX_INPUTS}"
+            f"wave-to-wpk: {op.name} with its prologue and epilogue reads {len(parts[0][1])} inputs, a task takes {MAX_INPUTS}"
         )
     lw.phases.append(lw.phase(name, op.name, parts))
 

@@ -1,29 +1,43 @@
 """`wpk-arena`: give every buffer its byte offset in a fixed arena.
 
 Weights, state, input and output buffers are packed one after another. Activation buffers share offsets
-by liveness: a buffer is live from the phase that writes it to the last phase that reads it (a phase's
-inputs and output are live together, so a task never overwrites what it reads), and first-fit placement
-in order of decreasing size gives each an offset that no buffer live at the same time overlaps.
+by liveness (wavec.analysis.liveness), at the `granularity` option's grain:
+- `op`: a buffer is live, whole, from the phase that writes it to the last phase that reads it;
+- `tile` (default): each 4-byte word is live from the first phase whose task footprints touch it to the
+  last one, so the slices of a buffer that different phases consume (an STFT's real and imaginary
+  halves) are recycled one by one, and words no task touches are never live.
+A phase's inputs and output are always live together, so a task never overwrites what a task of its own
+phase reads. First-fit placement gives each buffer the lowest offset at which none of its live segments
+overlaps, in bytes and in phases, a segment already placed; it runs in two orders (decreasing size,
+first live phase) and, at tile granularity, also over two safe coarser livenesses (alignment padding
+live with a buffer's tail; whole buffers), keeping the smallest arena, so `tile` is never worse than `op`.
 Per-session activations are laid out session-major: first-fit places one session's slice of each, and
 every per-session activation gets the same session stride (that region's size), so recycled bytes of
 session s only ever held session s's data; shared activations follow the N session regions. Every
 offset is 16-byte aligned. The module gets `wpk.arena_bytes` (bytes per arena; input and output are one
-half of their double buffer) and `wpk.act_lower_bound`, the largest total of buffers live at once.
+half of their double buffer) and `wpk.act_lower_bound`, the largest total of activation bytes live at
+once at the same granularity (no placement does better; at tile granularity it counts live words only,
+so on tiny tensors the 16-byte alignment alone can put the arena a few percent above it).
 Runs before `wpk-schedule`, which derives the tasks' dependencies (write-after-read on recycled offsets
-included) from the placed offsets.
+included, word by word) from the placed offsets; `wpk-verify` proves the result.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
+from wavec.analysis.liveness import (
+    GRANULARITIES, Segment, live_ranges, max_live, op_segments, padded_tails, tile_segments,
+)
 from wavec.dialects import wave, wpk
 from wavec.dialects.wpk import ARENA_NAMES
+from wavec.opcodes import ELEM_BYTES
 from wavec.passes.wave_to_wpk import align
 from wavec.passes.wpk_schedule import phases_of
 
@@ -36,43 +50,38 @@ def footprint_bytes(buf: wpk.BufferOp, sessions: int) -> int:
     return buf.stride * sessions if buf.stride else buf.nbytes
 
 
-def live_ranges(module: ModuleOp) -> dict[str, tuple[int, int]]:
-    """Activation buffer -> (first phase writing it, last phase reading it)."""
-    ranges: dict[str, tuple[int, int]] = {}
-    for index, phase in enumerate(phases_of(module)):
-        for task in phase.tasks:
-            for name in [*task.input_names, task.output.data]:
-                first, last = ranges.get(name, (index, index))
-                ranges[name] = (min(first, index), max(last, index))
-    return ranges
-
-
-def first_fit(sizes: dict[str, int], ranges: dict[str, tuple[int, int]]) -> dict[str, int]:
-    placed: list[tuple[int, int, int, int]] = []  # offset, end, first, last
+def first_fit(segments: dict[str, list[Segment]], order: list[str]) -> dict[str, int]:
+    """Offsets, buffer by buffer in `order`: the lowest 16-byte aligned offset at which none of a buffer's
+    live segments overlaps a placed one in both bytes and phases."""
+    placed = np.zeros((0, 4), np.int64)  # absolute begin, end, first, last
     offsets = {}
-    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
-        first, last = ranges[name]
-        clashes = sorted((o, e) for o, e, f, l in placed if f <= last and first <= l)
-        offset = 0
-        for o, e in clashes:
-            if offset + sizes[name] <= o:
+    for name in order:
+        segs = np.array([s for s in segments[name] if s[1] > s[0]], np.int64).reshape(-1, 4)
+        # segment r at offset c clashes with a placed q alive in a common phase iff lo < c < hi
+        meet = (placed[:, None, 2] <= segs[None, :, 3]) & (segs[None, :, 2] <= placed[:, None, 3])
+        qi, ri = np.nonzero(meet)
+        lo = placed[qi, 0] - segs[ri, 1]
+        hi = placed[qi, 1] - segs[ri, 0]
+        for c in sorted({0, *(align(int(h)) for h in hi if h > 0)}):
+            if not np.any((lo < c) & (c < hi)):
                 break
-            offset = max(offset, align(e))
-        offsets[name] = offset
-        placed.append((offset, offset + sizes[name], first, last))
+        offsets[name] = c
+        placed = np.vstack([placed, segs + np.array([c, c, 0, 0])])
     return offsets
 
 
-def max_live(sizes: dict[str, int], ranges: dict[str, tuple[int, int]]) -> int:
-    if not ranges:
-        return 0
-    phases = max(last for _, last in ranges.values()) + 1
-    live = [0] * phases
-    for name, size in sizes.items():
-        first, last = ranges[name]
-        for p in range(first, last + 1):
-            live[p] += size
-    return max(live)
+def place(candidates: list[dict[str, list[Segment]]], sizes: dict[str, int]) -> dict[str, int]:
+    """First-fit of each candidate liveness (every one safe: a superset of the true one) in two orders,
+    decreasing size and first live phase; keeps the offsets of the smallest extent (the first on a tie)."""
+    best, extent = {}, None
+    for segments in candidates:
+        start = {name: min((s[2] for s in segments[name]), default=0) for name in sizes}
+        for key in (lambda n: (-sizes[n], start[n], n), lambda n: (start[n], -sizes[n], n)):
+            offsets = first_fit(segments, sorted(sizes, key=key))
+            end = max((offsets[n] + sizes[n] for n in sizes), default=0)
+            if extent is None or end < extent:
+                best, extent = offsets, end
+    return best
 
 
 @dataclass(frozen=True)
@@ -80,18 +89,26 @@ class WpkArena(ModulePass):
     """Assigns arena offsets: packed for weights, state and io; liveness-shared for activations."""
 
     name = "wpk-arena"
+    granularity: str = field(
+        default="tile",
+        metadata={"help": "tile: recycle activation bytes word by word, after the last phase whose tasks touch "
+                          "them; op: recycle whole buffers after their last reading phase"},
+    )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
         if n is None:
             raise PassFailedException("wpk-arena: the module has no wave.cohort attribute; run wave-cohort first")
-        if any(t.worker is not None for phase in phases_of(op) for t in phase.tasks):
+        if self.granularity not in GRANULARITIES:
+            raise PassFailedException(f"wpk-arena: granularity must be op or tile, got {self.granularity!r}")
+        phases = phases_of(op)
+        if any(t.worker is not None for phase in phases for t in phase.tasks):
             raise PassFailedException(
                 "wpk-arena: the tasks are already scheduled; run wpk-arena before wpk-schedule (the schedule's "
                 "dependencies come from the placed offsets)"
             )
         buffers = buffers_of(op)
-        ranges = live_ranges(op)
+        ranges = live_ranges(phases)
         sizes = {name: align(footprint_bytes(b, n)) for name, b in buffers.items()}
         totals = dict.fromkeys(ARENA_NAMES, 0)
         act = {name: sizes[name] for name, b in buffers.items() if b.arena.data == "act" and name in ranges}
@@ -99,10 +116,19 @@ class WpkArena(ModulePass):
         # recycled offset only ever overlaps the same session's bytes of an older tensor and the
         # write-after-read dependencies it creates stay inside one session's tiles.
         per_session = {name: align(buffers[name].nbytes) for name in act if buffers[name].stride}
-        offsets = first_fit(per_session, ranges)
-        region = align(max((offsets[m] + per_session[m] for m in per_session), default=0))
         shared = {name: size for name, size in act.items() if name not in per_session}
-        for name, off in first_fit(shared, ranges).items():
+        whole = op_segments({**per_session, **shared}, ranges)
+        candidates = [whole]  # op granularity: whole buffers
+        if self.granularity == "tile":
+            exact = tile_segments(phases, {name: buffers[name].nbytes // ELEM_BYTES for name in act})
+            padded = padded_tails(exact, {name: (buffers[name].nbytes, align(buffers[name].nbytes)) for name in act})
+            # Word liveness places best; with the alignment padding live too, or whole buffers, the same
+            # orders sometimes place better still: all are safe, the smallest wins (never worse than op).
+            candidates = [exact, padded, whole]
+        bound = candidates[0]  # at tile granularity the words alone: a segment may sit in another's padding
+        offsets = place(candidates, per_session)
+        region = align(max((offsets[m] + per_session[m] for m in per_session), default=0))
+        for name, off in place(candidates, shared).items():
             offsets[name] = region * n + off
         for name in per_session:
             buffers[name].properties["session_stride"] = IntegerAttr(region, i64)
@@ -115,4 +141,6 @@ class WpkArena(ModulePass):
                 totals[arena] = max(totals[arena], offsets[name] + sizes[name])
                 b.properties["offset"] = IntegerAttr(offsets[name], i64)
         op.attributes["wpk.arena_bytes"] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in totals.items()})
-        op.attributes["wpk.act_lower_bound"] = IntegerAttr(max_live(act, ranges), i64)
+        op.attributes["wpk.act_lower_bound"] = IntegerAttr(
+            max_live(bound, {name: n for name in per_session}), i64
+        )

@@ -4,12 +4,17 @@ Each `wpk.task` gets `payload`, 32 int32 words laid out as wavec/payload.py defi
 signals (group and phase counters), tile, the word offset of its parameter block, and each operand's arena, byte offset and session
 stride resolved from the buffers. Identical parameter blocks are stored once in the params table
 (`params_table`), which the profile writer rebuilds with the same function. Task ids follow program order.
-Requires `wpk-schedule` and `wpk-arena`.
+
+Before encoding, each EWISE block gets its generated-body index (the trailing `body` word of
+wavec.opcodes.EwiseParams): the distinct (expression, rank, n_inputs) of the EWISE tasks are numbered in
+first-use order when the CUDA target can generate their bodies (TVM TensorIR,
+wavec.targets.cuda.tvm_ewise), else every index is -1 and the kernel's bytecode interpreter runs them.
+`ewise_body_table` lists the numbered bodies for profile.json. Requires `wpk-schedule` and `wpk-arena`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from xdsl.context import Context
@@ -19,7 +24,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wpk
 from wavec.dialects.wpk import ARENA_NAMES
-from wavec.opcodes import OUT, Opcode
+from wavec.opcodes import OUT, EwiseParams, Opcode, decode_expr
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.payload import PAYLOAD_DTYPE, pack_arenas
@@ -39,6 +44,50 @@ def params_table(tasks: list[wpk.TaskOp]) -> tuple[np.ndarray, dict[tuple[int, .
             where[block] = len(words)
             words.extend(block)
     return np.array(words, np.int64), where
+
+
+def _ewise_key(params: EwiseParams) -> tuple[str, int, int]:
+    return str(decode_expr(params.code)), len(params.shape), len(params.in_strides)
+
+
+def number_ewise_bodies(tasks: list[wpk.TaskOp]) -> int:
+    """Writes each EWISE task's body index into its parameter block (see the module docstring); returns
+    how many bodies were numbered."""
+    from wavec.targets.cuda.tvm_ewise import supports
+
+    index: dict[tuple[str, int, int], int] = {}
+    numbered = 0
+    for task in tasks:
+        if task.opcode.data != "ewise":
+            continue
+        params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
+        key = _ewise_key(params)
+        if key not in index:
+            index[key] = numbered if supports(decode_expr(params.code)) else -1
+            numbered += index[key] >= 0
+        task.set_params(replace(params, body=index[key]).pack())
+    return numbered
+
+
+def ewise_body_table(module: ModuleOp) -> list[dict]:
+    """profile.json's ``ewise_bodies``: for each body index (in order), its expression text, rank and
+    input count, and the phases (``name (op)``) whose tasks run it."""
+    table: dict[int, dict] = {}
+    for phase in phases_of(module):
+        for task in phase.tasks:
+            if task.opcode.data != "ewise":
+                continue
+            params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
+            if params.body < 0:
+                continue
+            expr, rank, n_in = _ewise_key(params)
+            entry = table.setdefault(params.body, {"expr": expr, "rank": rank, "n_inputs": n_in, "phases": []})
+            where = f"{phase.sym_name.data} ({phase.op.data})"
+            if where not in entry["phases"]:
+                entry["phases"].append(where)
+    if sorted(table) != list(range(len(table))):
+        raise PassFailedException(f"wpk-payload: EWISE body indices {sorted(table)} are not 0..{len(table) - 1}")
+    return [table[b] for b in range(len(table))]
 
 
 def encode_task(task_id: int, task: wpk.TaskOp, params_at: int, buffers: dict[str, wpk.BufferOp]) -> np.ndarray:
@@ -85,6 +134,7 @@ class WpkPayload(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         buffers = buffers_of(op)
         tasks = tasks_of(op)
+        number_ewise_bodies(tasks)
         _, where = params_table(tasks)
         for task_id, task in enumerate(tasks):
             task.set_payload(payload_words(encode_task(task_id, task, where[task.param_words], buffers)))

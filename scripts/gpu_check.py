@@ -2,13 +2,16 @@
 """One command for the GPU machine: build, check and time the persistent kernel of saved profiles.
 
     python3 scripts/gpu_check.py PROFILE_DIR... [--builtin 5 300 4096] [--beats 300] [--warmup 50]
-                                 [--check-beats 3] [--json results.json]
+                                 [--check-beats 3] [--json results.json] [--bytecode]
 
 For each profile (a directory written by `wavec compile`, or the tests' built-in program at the given
 cohort sizes): build the cubin with nvcc (cached), run ``--check-beats`` beats with random frames and
 random resets on the GPU and on the interpreter and compare, then time ``--warmup`` + ``--beats`` beats
 and print one row: sessions, workers, tasks, registers/spills, p50/p99 beat latency (publish -> output
-epoch), p50 round trip (frames in, beat, outputs back), max |cuda - interp|.
+epoch), p50 round trip (frames in, beat, outputs back), max |cuda - interp|, and ``tvm``: the EWISE tasks
+that run a generated (TVM TensorIR) body in this kernel, of all EWISE tasks. A profile compiled where
+apache-tvm is installed carries those bodies in its kernel.cu; ``--bytecode`` regenerates the kernel
+without them (every EWISE task then runs the bytecode interpreter), for an A/B of the same profile.
 
 Needs numpy, cuda-bindings and nvcc; not xDSL. Works from a plain checkout: when `wavec` is not
 installed, it maps the repository's top-level packages under the `wavec` name itself.
@@ -76,6 +79,25 @@ def max_abs_err(a: dict, b: dict) -> float:
     return err
 
 
+def generated_ewise(profile, source: str) -> str:
+    """``a/b``: EWISE tasks whose generated body is in ``source`` / all EWISE tasks."""
+    from wavec.opcodes import Opcode, unpack_params
+
+    present = {int(i) for i in re.findall(r"__device__ __forceinline__ void ewise_tvm_(\d+)\(", source)}
+    rows = profile.payloads[profile.payloads["opcode"] == int(Opcode.EWISE)]
+    hits = sum(unpack_params(profile.params, int(at)).body in present for at in rows["params"])
+    return f"{hits}/{len(rows)}"
+
+
+def kernel_for(profile, bytecode: bool) -> str:
+    """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies."""
+    from wavec.targets.cuda import codegen, runtime
+
+    if not bytecode:
+        return runtime.kernel_source(profile)
+    return codegen.generate_kernel({**profile.meta, "ewise_bodies": []})
+
+
 def check_profile(label: str, profile, args) -> dict:
     from wavec.targets.cuda import runtime
     from wavec.targets.cuda.build import build_cubin, build_report
@@ -84,7 +106,9 @@ def check_profile(label: str, profile, args) -> dict:
     row = {"profile": label, "sessions": profile.sessions, "workers": int(profile.meta["workers"]),
            "tasks": int(len(profile.payloads))}
     t0 = time.perf_counter()
-    cubin = build_cubin(runtime.kernel_source(profile))
+    source = kernel_for(profile, args.bytecode)
+    row["tvm"] = generated_ewise(profile, source)
+    cubin = build_cubin(source)
     row["build_s"] = round(time.perf_counter() - t0, 2)
     report = build_report(cubin)
     regs = re.search(r"Used (\d+) registers", report)
@@ -122,7 +146,7 @@ def check_profile(label: str, profile, args) -> dict:
 
 
 COLUMNS = [
-    ("profile", "profile", 28), ("sessions", "sess", 6), ("workers", "wk", 4), ("tasks", "tasks", 6),
+    ("profile", "profile", 28), ("sessions", "sess", 6), ("workers", "wk", 4), ("tasks", "tasks", 6), ("tvm", "tvm", 7),
     ("registers", "regs", 5), ("spill_bytes", "spill", 6), ("beat_min_us", "min_us", 8),
     ("beat_p50_us", "p50_us", 8), ("beat_p99_us", "p99_us", 8), ("trip_p50_us", "trip_us", 8),
     ("max_abs_err", "max_err", 10), ("generated_bits_equal", "genbits", 7), ("ok", "ok", 4),
@@ -146,12 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="*", help="profile directories")
     ap.add_argument("--builtin", type=int, nargs="*", default=[], metavar="SESSIONS",
-                    help="also check the tests' built-in program (tests/test_cuda.py) at these cohort sizes")
+                    help="also check the tests' built-in programs (tests/test_cuda.py: the four-opcode one and the "
+                         "matmul-prologue one) at these cohort sizes")
     ap.add_argument("--beats", type=int, default=300, help="timed beats (default 300)")
     ap.add_argument("--warmup", type=int, default=50, help="untimed beats first (default 50)")
     ap.add_argument("--check-beats", type=int, default=3, help="beats compared with the interpreter (default 3)")
     ap.add_argument("--tol", type=float, default=1e-4, help="max |cuda - interp| that passes (default 1e-4)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--bytecode", action="store_true",
+                    help="regenerate each kernel without its generated EWISE bodies (the bytecode interpreter runs them)")
     args = ap.parse_args(argv)
     _import_wavec()
     from wavec.profile import load
@@ -163,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(str(p), lambda p=p: load(p)) for p in args.profiles]
     if args.builtin:
         sys.path.insert(0, str(ROOT / "tests"))
-        from test_cuda import build_test_profile
+        from test_cuda import build_prologue_profile, build_test_profile
 
         jobs += [(f"builtin:{n}", lambda n=n: build_test_profile(sessions=n)[0]) for n in args.builtin]
+        jobs += [(f"builtin-prologue:{n}", lambda n=n: build_prologue_profile(sessions=n)[0]) for n in args.builtin]
     if not jobs:
         ap.error("give profile directories or --builtin SESSIONS")
     rows, failed = [], 0

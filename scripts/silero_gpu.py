@@ -2,7 +2,7 @@
 """Silero VAD on the GPU: check the compiled profiles against onnxruntime and time their beats.
 
     python3 scripts/silero_gpu.py PROFILE_DIR... [--check-beats 200] [--beats 1000] [--warmup 100]
-                                  [--json OUT.json]
+                                  [--json OUT.json] [--bytecode]
 
 For each profile (compiled on a machine with xDSL by `wavec compile ... -o DIR` or
 `python3 scripts/silero_profiles.py`): build the kernel with nvcc, serve `--check-beats` beats of the
@@ -11,7 +11,10 @@ shipped speech (wavec.audio.cohort_schedule: staggered joins and rejoins, per-se
 state (wavec.reference), and report the max abs error of `output` and `stateN`; then time
 `--warmup` + `--beats` beats and print beat latency p50/p99 (host publishes the input epoch -> host
 sees the output epoch, microseconds); finally run `--trace-beats` beats with the kernel's per-task
-timeline on and print the slowest phases of the last one. Needs numpy, onnxruntime, cuda-bindings and nvcc; not xDSL.
+timeline on and print the slowest phases of the last one. Column ``tvm``: the EWISE tasks that run a
+generated TVM TensorIR body in the kernel (compile the profiles where apache-tvm is installed), of all
+EWISE tasks; ``--bytecode`` regenerates each kernel without those bodies, for an A/B of one profile.
+Needs numpy, onnxruntime, cuda-bindings and nvcc; not xDSL.
 The model file comes from $WAVEC_CACHE (wavec.models), since the GPU machine reaches no registry.
 """
 
@@ -26,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import _import_wavec  # noqa: E402  (maps the checkout's packages under `wavec`)
+from gpu_check import _import_wavec, generated_ewise, kernel_for  # noqa: E402  (maps the checkout's packages under `wavec`)
 
 TOLERANCE = 1e-4  # float32 kernel vs float32 onnxruntime, max abs error (issue 2's acceptance)
 
@@ -41,7 +44,8 @@ def check_and_time(directory: Path, args) -> dict:
 
     profile = wavec.load(directory)
     n = profile.sessions
-    cubin = build_cubin(runtime.kernel_source(profile))
+    source = kernel_for(profile, args.bytecode)
+    cubin = build_cubin(source)
     frames, reset = cohort_schedule(n, args.check_beats, seed=7)
     got = profile.run({"input": frames}, backend="cuda", reset=reset, cubin=cubin)
     want = onnx_stateful_reference(
@@ -68,6 +72,7 @@ def check_and_time(directory: Path, args) -> dict:
         "sessions": n,
         "tasks": int(len(profile.payloads)),
         "phases": len(profile.meta["phases"]),
+        "tvm": generated_ewise(profile, source),
         "err_output": errors["output"],
         "err_stateN": errors["stateN"],
         "ok": max(errors.values()) <= TOLERANCE,
@@ -117,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--trace-beats", type=int, default=20, help="beats run with the per-task timeline on")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--bytecode", action="store_true", help="kernels without their generated EWISE bodies")
     args = ap.parse_args(argv)
     _import_wavec()
     rows = []
@@ -127,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"profile": str(directory), "ok": False, "error": f"{type(e).__name__}: {e}"})
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    print(f"{'sessions':>8} {'tasks':>6} {'err_output':>11} {'err_stateN':>11} {'p50_us':>8} {'p99_us':>8} {'max_us':>8}  ok")
+    print(f"{'sessions':>8} {'tasks':>6} {'tvm':>7} {'err_output':>11} {'err_stateN':>11} {'p50_us':>8} {'p99_us':>8} {'max_us':>8}  ok")
     for r in rows:
         if "error" in r:
             print(f"{r['profile']}: {r['error']}")
             continue
-        print(f"{r['sessions']:>8} {r['tasks']:>6} {r['err_output']:>11.2e} {r['err_stateN']:>11.2e} "
+        print(f"{r['sessions']:>8} {r['tasks']:>6} {r['tvm']:>7} {r['err_output']:>11.2e} {r['err_stateN']:>11.2e} "
               f"{r['beat_p50_us']:>8.1f} {r['beat_p99_us']:>8.1f} {r['beat_max_us']:>8.1f}  {r['ok']}")
     for r in rows:
         if "timeline" in r:

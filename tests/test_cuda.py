@@ -19,8 +19,10 @@ from wavec.opcodes import (
     REDUCE_KINDS,
     TERNARY,
     UNARY,
+    Epilogue,
     EwiseParams,
     MatmulParams,
+    Prologue,
     ReduceParams,
     compile_expr,
     contiguous_strides,
@@ -103,6 +105,43 @@ def build_test_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
     pb.task(ewise((8,), 1, "%0"), [h], h_out, worker=0)
     pb.task(ewise((6,), 1, "add(sigmoid(%0), sqrt(abs(%0)))"), [m], out, worker=0, waits=[(done_m, 2)])
     return pb.build(), weights
+
+
+PROLOGUE = dict(rows=3, k=40, n=6, eps=1e-5)
+
+
+def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
+    """An RMS norm folded into the matmul that reads it (a MATMUL prologue, wavec.opcodes.Prologue), as
+    wave-fuse produces it; `prologue_reference` computes the same in numpy.
+
+    Per session and beat: ss[t] = sum_k x[t, k]^2 (REDUCE);  y = tanh(prologue(x) @ W) with
+    prologue(x)[t, k] = x[t, k] * rsqrt(ss[t] / K + eps) * g[k] (a per-row and a per-k extra: all four input
+    slots), the matmul in three tiles on three workers (K = 40 splits over lanes, odd tails included).
+    """
+    rows, k, n, eps = PROLOGUE["rows"], PROLOGUE["k"], PROLOGUE["n"], PROLOGUE["eps"]
+    rng = np.random.default_rng(seed)
+    pb = ProfileBuilder(sessions=sessions, workers=workers, model="cuda-prologue")
+    x = pb.input("x", (rows, k))
+    weights = {"W": rng.normal(size=(k, n)).astype(np.float32), "g": rng.normal(size=(k,)).astype(np.float32)}
+    w, g = pb.weight("W", weights["W"]), pb.weight("g", weights["g"])
+    ss = pb.act("ss", (rows,))
+    y = pb.output("y", (rows, n))
+    done_ss = pb.task(ReduceParams(REDUCE_KINDS.index("sumsquare"), (rows,), (1,), (k,), (k,), (1,)), [x], ss,
+                      worker=0)
+    pro = Prologue(strides=((1, 0, 0), (0, 0, 1)),  # ss per row t; g per k
+                   code=code(f"mul(mul(%0, reciprocal(sqrt(add(mul(%1, {1.0 / k!r}), {eps!r})))), %2)"))
+    mm = MatmulParams((rows, n), k, (n, 1), (k, 0, 1), (0, 1, n), Epilogue((rows, n), (), code("tanh(%0)")), pro)
+    done = pb.counter()
+    for i, (e0, e1) in enumerate([(0, 7), (7, 13), (13, rows * n)]):
+        pb.task(mm, [x, w, ss, g], y, worker=i % workers, elems=(e0, e1), waits=[(done_ss, 1)], signal=done)
+    return pb.build(), weights
+
+
+def prologue_reference(weights: dict, frames: dict) -> dict[str, np.ndarray]:
+    """The prologue program in float64 numpy."""
+    x = frames["x"].astype(np.float64)  # [beats, sessions, rows, k]
+    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + PROLOGUE["eps"])
+    return {"y": np.tanh((x * rstd * weights["g"].astype(np.float64)) @ weights["W"].astype(np.float64))}
 
 
 def reference(weights: dict, frames: dict, reset: np.ndarray) -> dict[str, np.ndarray]:
@@ -284,6 +323,31 @@ def test_cuda_matches_interp_and_reference(sessions):
     want = interp_run(profile, frames, reset)
     assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= 1e-4
     assert max_err(got, reference(weights, frames, reset)) <= 1e-4
+
+
+def test_prologue_profile_interp_matches_reference():
+    """The hand-built prologue program on the interpreter (what the GPU test below compares against)."""
+    from wavec.targets.interp import run_beats as interp_run
+    from wavec.verify import verify_profile
+
+    profile, weights = build_prologue_profile()
+    verify_profile(profile)
+    frames, reset = random_run(profile, 2)
+    assert max_err(interp_run(profile, frames, reset), prologue_reference(weights, frames)) <= 1e-5
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("sessions", [5, 300])
+def test_cuda_prologue_matches_interp_and_reference(sessions):
+    from wavec.targets.interp import run_beats as interp_run
+
+    profile, weights = build_prologue_profile(sessions=sessions)
+    frames, reset = random_run(profile, 3)
+    got = profile.run(frames, backend="cuda", reset=reset)
+    want = interp_run(profile, frames, reset)
+    assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= 1e-4
+    assert max_err(got, prologue_reference(weights, frames)) <= 1e-4
 
 
 @pytest.mark.gpu

@@ -1,14 +1,16 @@
 """`wavec`: compile a model to a profile, run it, report it, verify it.
 
-    wavec compile MODEL.onnx --sessions N [--hw h200] [--bind NAME=VALUE]... [--frame NAME=LEN]...
+    wavec compile MODEL.onnx|NAME:PRESET --sessions N [--hw h200] [--bind NAME=VALUE]... [--frame NAME=LEN]...
                   [--state IN=OUT]... [--pipeline SPEC|FILE.yaml] [--print-ir-after-all]
                   [--print-ir-after PASS]... -o DIR
-    wavec import MODEL.onnx [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
+    wavec import MODEL.onnx|NAME:PRESET [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz
-    wavec report DIR [--json] [--gantt FILE.png]
+    wavec report DIR [--json] [--gantt FILE.png] [--compare-relax]
     wavec verify DIR
     wavec payload-layout [--json]
     wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
+
+NAME:PRESET (not an existing file) names a model of wavec.zoo, e.g. duplex:11b or gru_stack:tiny.
 
 Every user error prints one line `wavec: error: ...` and exits 1; no tracebacks.
 """
@@ -130,19 +132,41 @@ def _umask() -> int:
     return mask
 
 
+def _zoo_model(args):
+    """The zoo Model when ``args.model`` is ``NAME:PRESET`` of wavec.zoo and not an existing file, else None.
+    ONNX-only flags (--bind, --frame, --state) are refused for it."""
+    if Path(args.model).exists():
+        return None
+    from wavec import zoo
+
+    if not zoo.is_zoo_name(args.model):
+        return None
+    given = [flag for flag, values in (("--bind", args.bind), ("--frame", args.frame), ("--state", args.state)) if values]
+    if given:
+        raise WavecError(f"{args.model}: {', '.join(given)} apply to ONNX models only; a zoo model declares its inputs and states")
+    return zoo.get(args.model)
+
+
 def cmd_compile(args) -> int:
     from wavec.driver import compile as compile_model
+    from wavec.driver import compile_graph
 
-    options = _frontend_options(args)
-    _check_model(args.model)
+    zoo_model = _zoo_model(args)
+    if zoo_model is None:
+        options = _frontend_options(args)
+        _check_model(args.model)
     if not args.output.strip():
         raise WavecError("-o: empty output path; name the profile directory to write, e.g. -o vad.profile")
     from wavec.profile import check_save_target
 
     check_save_target(Path(args.output), "profile")  # before compiling: fail fast on a target we would refuse
     dumps = {"*"} if args.print_ir_after_all else set(args.print_ir_after)
-    profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                            print_ir_after=dumps, **options)
+    if zoo_model is not None:
+        profile = compile_graph(zoo_model.lower(), sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
+                                print_ir_after=dumps)
+    else:
+        profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
+                                print_ir_after=dumps, **options)
     out = profile.save(args.output)
     print(f"wrote {out}: {len(profile.payloads)} tasks, {len(profile.meta['phases'])} phases, "
           f"{profile.sessions} sessions")
@@ -152,6 +176,18 @@ def cmd_compile(args) -> int:
 def cmd_import(args) -> int:
     from wavec.frontends.onnx import import_onnx
 
+    zoo_model = _zoo_model(args)
+    if zoo_model is not None:
+        from wavec.frontends.builder.lower import ir_text
+
+        target = _check_output_file(args.output) if args.output is not None else None
+        text = ir_text(zoo_model)
+        if target is None:
+            sys.stdout.write(text)
+        else:
+            write_atomically(target, lambda f: f.write(text), binary=False)
+            print(f"wrote {target}: wave IR of {args.model} (weights not included)", file=sys.stderr)
+        return 0
     options = _frontend_options(args)
     _check_model(args.model)
     target = _check_output_file(args.output) if args.output is not None else None
@@ -230,7 +266,7 @@ def cmd_report(args) -> int:
     from wavec.report import build_report, format_report
 
     profile = load(args.profile)
-    report = build_report(profile)  # always from the payloads: a stale report.json cannot mislead
+    report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
     print(json.dumps(report, indent=1) if args.json else format_report(report))
     if args.gantt:
         write_gantt(profile, Path(args.gantt))
@@ -288,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wavec", description="Compile a streaming model into one persistent GPU kernel.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("compile", help="compile an ONNX model into a profile directory")
+    p = sub.add_parser("compile", help="compile an ONNX model (or a zoo model NAME:PRESET) into a profile directory")
     p.add_argument("model")
     p.add_argument("--sessions", type=int, required=True, help="cohort capacity (session slots)")
     p.add_argument("--hw", default="h200", help="hardware target: a name (h200) or a YAML path")
@@ -303,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="profile directory to write")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("import", help="print the frontend's wave IR of an ONNX model (for wavec-opt; weights not included)")
+    p = sub.add_parser("import", help="print the frontend's wave IR of an ONNX model or a zoo model NAME:PRESET "
+                       "(for wavec-opt; weights not included)")
     p.add_argument("model")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help="fold a scalar input to a constant")
     p.add_argument("--frame", action="append", default=[], metavar="NAME=LEN", help="frame length of an input's symbolic dim")
@@ -322,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile")
     p.add_argument("--json", action="store_true")
     p.add_argument("--gantt", metavar="FILE.png", help="also draw the modeled schedule: workers x time (matplotlib)")
+    p.add_argument("--compare-relax", action="store_true",
+                   help="also plan the activations with TVM Relax's StaticPlanBlockMemory (needs apache-tvm)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("verify", help="prove a profile race-free and its sessions isolated")

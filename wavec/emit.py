@@ -12,8 +12,9 @@ from xdsl.dialects.builtin import ModuleOp
 
 from wavec.dialects import wave, wpk
 from wavec.errors import WavecError
+from wavec.analysis.relax_memplan import phase_tensors
 from wavec.passes.wpk_arena import buffers_of
-from wavec.passes.wpk_payload import params_table, tasks_of
+from wavec.passes.wpk_payload import ewise_body_table, params_table, tasks_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.payload import PAYLOAD_DTYPE, words_to_records
 from wavec.profile import FORMAT, Profile
@@ -151,8 +152,12 @@ def profile_from_module(
             for n, b in buffers.items()
             if b.offset is not None
         ],
-        "phases": [{"name": p.sym_name.data, "op": p.op.data, "tasks": len(p.tasks)} for p in phases_of(module)],
+        "phases": [
+            {"name": p.sym_name.data, "op": p.op.data, "tasks": len(p.tasks), **io}  # io: buffers read, written
+            for p, io in zip(phases_of(module), phase_tensors(phases_of(module)))
+        ],
         "bindings": bindings or {},
+        "ewise_bodies": ewise_body_table(module),  # generated CUDA bodies of EWISE expressions (wpk-payload)
     }
     schedule = schedule_summary(module)
     if schedule:

@@ -20,3 +20,8 @@ class VerificationError(WavecError):
 
 class RuntimeBackendError(WavecError):
     """A backend (CUDA, interp) cannot run the profile: no device, bad inputs, a failed build."""
+
+
+class BuilderError(WavecError):
+    """A Python builder program (wavec.frontends.builder) is wrong: a shape or dtype mismatch, a state
+    written twice or never. The message starts with the user's ``file:line`` and names the op."""

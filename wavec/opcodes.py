@@ -239,6 +239,32 @@ def eval_expr(expr: Expr, inputs: list[np.ndarray]) -> np.ndarray:
     return run_bytecode(compile_expr(expr), inputs)
 
 
+def decode_expr(code: list[int] | tuple[int, ...]) -> Expr:
+    """The expression of postfix bytecode (compile_expr's inverse). Raises ValueError for a malformed
+    program (a stack underflow, leftovers, an unknown instruction or function code)."""
+    stack: list[Expr] = []
+    names = {Insn.UNARY: list(UNARY), Insn.BINARY: list(BINARY), Insn.TERNARY: list(TERNARY)}
+    for word in code:
+        try:
+            kind, op, arg = decode_insn(int(word))
+        except ValueError as e:
+            raise ValueError(f"bytecode word {int(word):#x}: unknown instruction") from e
+        if kind == Insn.INPUT:
+            stack.append(Expr("input", arg))
+        elif kind == Insn.CONST:
+            stack.append(Expr("const", float(bits_f32(arg))))
+        else:
+            if op >= len(names[kind]) or len(stack) < ARITY[names[kind][op]]:
+                raise ValueError(f"bytecode word {int(word):#x}: unknown function or stack underflow")
+            n = ARITY[names[kind][op]]
+            args = tuple(stack[len(stack) - n :])
+            del stack[len(stack) - n :]
+            stack.append(Expr("call", names[kind][op], args))
+    if len(stack) != 1:
+        raise ValueError(f"bytecode leaves {len(stack)} values, not 1")
+    return stack[0]
+
+
 # --------------------------------------------------------------------------------------------
 # Parameter blocks. Each packs to int64 words: [opcode, ...fields]; `unpack` reads one back.
 
@@ -251,21 +277,26 @@ def _read(words: np.ndarray, at: int, n: int) -> tuple[list[int], int]:
 class EwiseParams:
     """out[idx] = expr(in_0[idx], ...) over the iteration space ``shape``.
 
-    Words: EWISE, rank, shape[rank], out_strides[rank], n_in, in_strides[n_in][rank], n_code, code[n_code].
-    Strides of 0 broadcast; negative strides reverse (a reflect pad reads a reversed slice).
+    Words: EWISE, rank, shape[rank], out_strides[rank], n_in, in_strides[n_in][rank], n_code, code[n_code],
+    body. Strides of 0 broadcast; negative strides reverse (a reflect pad reads a reversed slice).
+
+    ``body`` is the index of a generated tile body of this (expression, rank, n_in) in the CUDA kernel
+    (profile.json ``ewise_bodies``, numbered by wpk-payload), or -1: the kernel's bytecode interpreter runs
+    ``code``. The code defines the semantics either way; the interpreter target ignores ``body``.
     """
 
     shape: tuple[int, ...]
     out_strides: tuple[int, ...]
     in_strides: tuple[tuple[int, ...], ...]
     code: tuple[int, ...]
+    body: int = -1
 
     def pack(self) -> np.ndarray:
         r = len(self.shape)
         words = [int(Opcode.EWISE), r, *self.shape, *self.out_strides, len(self.in_strides)]
         for s in self.in_strides:
             words += list(s)
-        return np.array(words + [len(self.code), *self.code], np.int64)
+        return np.array(words + [len(self.code), *self.code, self.body], np.int64)
 
     @staticmethod
     def unpack(words: np.ndarray, at: int) -> "EwiseParams":
@@ -279,8 +310,8 @@ class EwiseParams:
             s, p = _read(words, p, r)
             ins.append(tuple(s))
         n_code = int(words[p])
-        code, _ = _read(words, p + 1, n_code)
-        return EwiseParams(tuple(shape), tuple(out_strides), tuple(ins), tuple(code))
+        code, p = _read(words, p + 1, n_code)
+        return EwiseParams(tuple(shape), tuple(out_strides), tuple(ins), tuple(code), int(words[p]))
 
     @property
     def n_elems(self) -> int:
@@ -334,13 +365,63 @@ class Epilogue:
 
 NO_EPILOGUE = Epilogue()
 
+
+@dataclass(frozen=True)
+class Prologue:
+    """An expression a MATMUL applies to each element of ``a`` as it loads it, before the product: ``%0`` is
+    the element ``a[idx, k]``, ``%j`` (j >= 1) reads extra input ``j - 1`` at ``sum_d idx[d] * s[d] + k * s[rank]``
+    with its strides ``s`` over the output's dims and k (the layout of ``a_strides``; zero where the extra
+    does not vary: a per-row extra has a zero k stride, a per-k extra zeros elsewhere). The prologue's extras
+    occupy the operand slots right after ``a`` and ``b``; the epilogue's follow them.
+
+    Words (in the MATMUL block, before the epilogue): n_extra, strides[n_extra][rank+1], n_code, code[n_code].
+    The identity (no prologue) is n_extra = 0, n_code = 0.
+    """
+
+    strides: tuple[tuple[int, ...], ...] = ()
+    code: tuple[int, ...] = ()
+
+    @property
+    def identity(self) -> bool:
+        return not self.code and not self.strides
+
+    def pack(self) -> list[int]:
+        words = [len(self.strides)]
+        for s in self.strides:
+            words += list(s)
+        return words + [len(self.code), *self.code]
+
+    @staticmethod
+    def unpack(words: np.ndarray, at: int, rank: int) -> tuple["Prologue", int]:
+        """The prologue at word ``at`` of a MATMUL block of output rank ``rank``, and the word after it."""
+        n_extra = int(words[at])
+        p = at + 1
+        strides = []
+        for _ in range(n_extra):
+            st, p = _read(words, p, rank + 1)
+            strides.append(tuple(st))
+        n_code = int(words[p])
+        code, p = _read(words, p + 1, n_code)
+        return Prologue(tuple(strides), tuple(code)), p
+
+    def apply(self, a: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
+        """The prologue over float32 ``a`` and the extra inputs' values (broadcasting)."""
+        if not self.code:
+            return a
+        return run_bytecode(list(self.code), [a, *extras])
+
+
+NO_PROLOGUE = Prologue()
+
+
 @dataclass(frozen=True)
 class MatmulParams:
-    """out[idx] = sum_k a[idx, k] * b[idx, k] over ``shape`` (the output's, batch dims first).
+    """out[idx] = epilogue(sum_k prologue(a[idx, k]) * b[idx, k]) over ``shape`` (the output's, batch dims first).
 
-    Words: MATMUL, rank, shape[rank], K, out_strides[rank], a_strides[rank+1], b_strides[rank+1], epilogue
-    (see Epilogue). ``a`` has stride 0 along the output's last (n) axis and ``b`` along its m axis; the last
-    stride is k's. Inputs: a, b, then the epilogue's extra inputs.
+    Words: MATMUL, rank, shape[rank], K, out_strides[rank], a_strides[rank+1], b_strides[rank+1], prologue
+    (see Prologue), epilogue (see Epilogue). ``a`` has stride 0 along the output's last (n) axis and ``b``
+    along its m axis; the last stride is k's. Inputs: a, b, the prologue's extra inputs, then the
+    epilogue's.
     """
 
     shape: tuple[int, ...]
@@ -349,12 +430,13 @@ class MatmulParams:
     a_strides: tuple[int, ...]
     b_strides: tuple[int, ...]
     epilogue: Epilogue = NO_EPILOGUE
+    prologue: Prologue = NO_PROLOGUE
 
     def pack(self) -> np.ndarray:
         r = len(self.shape)
         return np.array(
             [int(Opcode.MATMUL), r, *self.shape, self.k, *self.out_strides, *self.a_strides, *self.b_strides,
-             *self.epilogue.pack()],
+             *self.prologue.pack(), *self.epilogue.pack()],
             np.int64,
         )
 
@@ -366,12 +448,18 @@ class MatmulParams:
         out_strides, p = _read(words, p + 1, r)
         a, p = _read(words, p, r + 1)
         b, p = _read(words, p, r + 1)
+        pro, p = Prologue.unpack(words, p, r)
         ep, _ = Epilogue.unpack(words, p)
-        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b), ep)
+        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b), ep, pro)
 
     @property
     def n_own(self) -> int:
         return 2
+
+    @property
+    def epilogue_slot(self) -> int:
+        """The first operand slot of the epilogue's extra inputs (after a, b and the prologue's)."""
+        return 2 + len(self.prologue.strides)
 
     @property
     def n_elems(self) -> int:
@@ -420,6 +508,11 @@ class ConvParams:
     @property
     def n_own(self) -> int:
         return 3 if self.has_bias else 2
+
+    @property
+    def epilogue_slot(self) -> int:
+        """The first operand slot of the epilogue's extra inputs (after x, w and the bias)."""
+        return self.n_own
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -512,11 +605,12 @@ def view_offsets(shape: tuple[int, ...], strides: tuple[int, ...], begin: int, e
 
 
 def n_task_inputs(params: Params) -> int:
-    """How many input operand slots a task of these parameters reads (an epilogue's extras included)."""
+    """How many input operand slots a task of these parameters reads (a prologue's and an epilogue's
+    extras included)."""
     if isinstance(params, EwiseParams):
         return len(params.in_strides)
     if isinstance(params, (MatmulParams, ConvParams)):
-        return params.n_own + len(params.epilogue.strides)
+        return params.epilogue_slot + len(params.epilogue.strides)
     return 1
 
 
@@ -529,11 +623,11 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
         return view_offsets(params.shape, strides, begin, end)
     if isinstance(params, EwiseParams):
         return view_offsets(params.shape, params.in_strides[operand], begin, end)
-    if isinstance(params, (MatmulParams, ConvParams)) and operand >= params.n_own:  # an epilogue's extra input
+    if isinstance(params, (MatmulParams, ConvParams)) and operand >= params.epilogue_slot:  # an epilogue's extra
         ep = params.epilogue
-        return view_offsets(ep.shape, ep.strides[operand - params.n_own], begin, end)
-    if isinstance(params, MatmulParams):
-        strides = params.a_strides if operand == 0 else params.b_strides
+        return view_offsets(ep.shape, ep.strides[operand - params.epilogue_slot], begin, end)
+    if isinstance(params, MatmulParams):  # a, b, or a prologue's extra input (read like a: per output and k)
+        strides = (params.a_strides, params.b_strides, *params.prologue.strides)[operand]
         rows = view_offsets(params.shape, strides[:-1], begin, end)
         return np.unique(rows[:, None] + np.arange(params.k, dtype=np.int64)[None, :] * strides[-1])
     if isinstance(params, ReduceParams):

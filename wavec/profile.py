@@ -28,7 +28,9 @@ names in lower case: weights, state, act, input, output):
 - ``tensors``: [{name, arena, offset, bytes (one session), session_stride}]: every allocation;
 - ``phases``: [{name, op, tasks}]; ``bindings``: {name: value} the frontend folded in;
 - ``generated_weights``: [{name, offset, elems, kind ("uniform": seed, scale, precision; "constant":
-  value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin.
+  value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin;
+- ``ewise_bodies``: [{expr, rank, n_inputs, phases}]: generated CUDA bodies of EWISE expressions (wpk-payload
+  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM).
 ``cohort_axis`` is where the model's own batched layout put the session axis (the runtime's per-session
 layout drops it).
 """

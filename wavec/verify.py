@@ -5,7 +5,8 @@ Checks, in this order (the first failing one raises `VerificationError` naming t
 the arena, the byte range, the kind of conflict and what to do):
 1. structure: ``worker_tasks`` partitions the payload rows and agrees with each record's worker; task ids
    are unique; each task's params word starts one of the blocks params.bin is packed of, and the block
-   matches the opcode and ``n_inputs``; tiles lie inside the cohort
+   matches the opcode and ``n_inputs``; an EWISE block's generated-body index is -1 or names the
+   ``ewise_bodies`` entry of its own expression, rank and input count; tiles lie inside the cohort
    and the iteration space; operand arenas exist; offsets and session strides are multiples of 4; the
    input, output and state bindings lie inside their arenas and do not overlap each other.
 2. happens-before (wavec.analysis.happens_before): every wait has exactly ``wait_count`` signallers, no
@@ -49,7 +50,7 @@ import numpy as np
 from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs
 from wavec.analysis.happens_before import HappensBefore, build_happens_before
 from wavec.errors import VerificationError, WavecError
-from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, unpack_params
+from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, decode_expr, unpack_params
 from wavec.payload import operand_arena
 from wavec.profile import Profile
 
@@ -219,6 +220,8 @@ class _Verifier:
             if int(rec["opcode"]) != int(self.p.params[int(rec["params"])]):
                 raise VerificationError(f"{self.name(r)}: its parameter block at word {int(rec['params'])} is another opcode's")
             self.params[r] = params
+            if isinstance(params, EwiseParams) and params.body != -1:
+                self.ewise_body(r, params)
             n_in = int(rec["n_inputs"])
             if n_in > MAX_INPUTS or n_in != expected_inputs(params):
                 raise VerificationError(f"{self.name(r)}: n_inputs = {n_in} but its parameters read {expected_inputs(params)}")
@@ -240,6 +243,29 @@ class _Verifier:
                             f"{self.name(r)}: operand {k} {f} = {int(rec[f][k])} bytes is not a multiple of 4 (float32)"
                         )
         self.bindings()
+
+    def ewise_body(self, r: int, params: EwiseParams) -> None:
+        """The CUDA kernel runs generated body ``params.body`` instead of the block's code: it must be an
+        entry of profile.json ``ewise_bodies`` with the block's expression, rank and input count."""
+        bodies = self.meta.get("ewise_bodies") or []
+        b = params.body
+        if not 0 <= b < len(bodies):
+            raise VerificationError(
+                f"{self.name(r)}: its EWISE block names generated body {b}, but profile.json lists "
+                f"{len(bodies)} ewise_bodies: set the block's last word to -1 (bytecode) or to its body's index"
+            )
+        try:
+            mine = str(decode_expr(params.code))
+        except ValueError as e:
+            raise VerificationError(f"{self.name(r)}: its EWISE bytecode is malformed ({e})") from e
+        entry = bodies[b]
+        want = (str(entry.get("expr")), int(entry.get("rank", -1)), int(entry.get("n_inputs", -1)))
+        if (mine, len(params.shape), len(params.in_strides)) != want:
+            raise VerificationError(
+                f"{self.name(r)}: its EWISE block computes {mine!r} (rank {len(params.shape)}, "
+                f"{len(params.in_strides)} inputs) but names generated body {b}, {want[0]!r} (rank {want[1]}, "
+                f"{want[2]} inputs): the kernel would run another expression; renumber the bodies (wpk-payload)"
+            )
 
     def uniform_tiles(self) -> None:
         """Tiles of one op differ only in their bounds: the tasks of one phase that write one output view

@@ -1,5 +1,6 @@
 """Contractions and convolutions: MatMul, Gemm -> wave.matmul (+ transpose, ewise epilogue);
-Conv -> wave.conv with explicit pads; BatchNormalization (inference) -> one ewise.
+Conv -> wave.conv with explicit pads; BatchNormalization (inference) -> one ewise; LayerNormalization ->
+mean, deviation, sum of squares and one normalizing ewise (which wave-fuse may fold into a matmul's prologue).
 """
 
 from __future__ import annotations
@@ -103,3 +104,32 @@ def lower_batchnorm(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
     per_channel = [ctx.b.reshape(p, [shape(p)[0]] + [1] * (rank - 2)) for p in params]
     expr = f"add(mul(div(sub(%0, %3), sqrt(add(%4, {float(np.float32(eps))!r}))), %1), %2)"
     return [ctx.b.ewise(expr, [x, *per_channel], shape(x))]
+
+
+@lowering("LayerNormalization")
+def lower_layernorm(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
+    """(x - mean) * rsqrt(var + eps) * scale [+ bias] over the axes from ``axis`` on, in float32: the mean,
+    d = x - mean (stored: the variance and the output both read it), the row sum of d * d, then one ewise
+    per row for the reciprocal deviation and one for the output (wave-fuse joins them; when a matmul reads
+    the output alone, the last becomes its prologue: d, the row sums and the scale fit its input slots).
+    The optional Mean and InvStdDev outputs are the [..., 1, ..., 1] row values."""
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    sx = shape(x)
+    rank = len(sx)
+    axis = ctx.axis(int(ctx.attr("axis", -1)), rank)
+    eps = float(np.float32(ctx.attr("epsilon", 1e-5)))
+    axes = list(range(axis, rank))
+    n = int(np.prod(sx[axis:], dtype=np.int64))
+    b = ctx.b
+    mean = b.reduce("mean", x, axes, True)
+    d = b.ewise("sub(%0, %1)", [x, mean], sx)
+    ssq = b.reduce("sumsquare", d, axes, True)
+    inv_n = float(np.float32(1.0 / n)) if n else 0.0
+    rstd = b.ewise(f"reciprocal(sqrt(add(mul(%0, {inv_n!r}), {eps!r})))", [ssq])
+    if bias is None:
+        y = b.ewise("mul(mul(%0, %1), %2)", [d, rstd, scale], sx)
+    else:
+        y = b.ewise("add(mul(mul(%0, %1), %2), %3)", [d, rstd, scale, bias], sx)
+    wanted = [o for o in ctx.node.output]
+    return [y, mean, rstd][: max(1, len(wanted))]

@@ -61,3 +61,38 @@ func.func @epilogue_reads_missing_input() {
   func.return
 }
 // CHECK: wave.matmul: epilogue uses %3 but the op has 1 epilogue inputs (%1..%1)
+
+// -----
+
+func.func @prologue_input_varies_along_rows_and_k() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %s = wave.input "s" : tensor<2x4xf32>
+  %y = wave.matmul %x, %w prologue "mul(%0, %1)"(%s) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<2x4xf32>) -> tensor<2x3xf32>
+  wave.output "y", %y : tensor<2x3xf32>
+  func.return
+}
+// CHECK: wave.matmul: prologue input [2, 4] varies along both the rows and the k axis of a [2, 4]; a prologue input is per row (last axis 1) or per k (every other axis 1)
+
+// -----
+
+func.func @prologue_input_does_not_broadcast_to_a() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %s = wave.input "s" : tensor<3x1xf32>
+  %y = wave.matmul %x, %w prologue "mul(%0, %1)"(%s) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3x1xf32>) -> tensor<2x3xf32>
+  wave.output "y", %y : tensor<2x3xf32>
+  func.return
+}
+// CHECK: wave.matmul: prologue input [3, 1] does not broadcast to a's shape [2, 4]
+
+// -----
+
+func.func @prologue_reads_missing_input() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %y = wave.matmul %x, %w prologue "mul(%0, %1)"() : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  wave.output "y", %y : tensor<2x3xf32>
+  func.return
+}
+// CHECK: wave.matmul: prologue uses %1 but the op has 0 prologue inputs (%1..%0)

@@ -72,3 +72,23 @@ func.func @epilogues() {
 // CHECK-LABEL: func.func @epilogues() {
 // CHECK:         %y = wave.matmul %x, %w epilogue "relu(add(%0, %1))"(%b) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
 // CHECK:         %c = wave.conv %cx, %cw epilogue "sigmoid(add(%0, %1))"(%r) {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<1x2x8xf32>, tensor<3x2x3xf32> epilogue(tensor<1x3x8xf32>) -> tensor<1x3x8xf32>
+
+// -----
+
+// Prologues (wave-fuse folds a norm's normalizing step into the matmul that reads it): applied to each
+// element of a as it is loaded; %0 is the element, %1.. the prologue inputs (per row of a, or per k).
+func.func @prologues() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %w = wave.weight "w" : tensor<4x3xf32>
+  %ms = wave.input "ms" : tensor<2x1xf32>
+  %g = wave.weight "g" : tensor<4xf32>
+  %b = wave.weight "b" : tensor<3xf32>
+  %y = wave.matmul %x, %w prologue "mul(mul(%0, %1), %2)"(%ms, %g) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<2x1xf32>, tensor<4xf32>) -> tensor<2x3xf32>
+  %z = wave.matmul %x, %w prologue "mul(%0, %1)"(%g) epilogue "add(%0, %1)"(%b) {tag = 1 : i64} : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<4xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  wave.output "y", %y : tensor<2x3xf32>
+  wave.output "z", %z : tensor<2x3xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @prologues() {
+// CHECK:         %y = wave.matmul %x, %w prologue "mul(mul(%0, %1), %2)"(%ms, %g) : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<2x1xf32>, tensor<4xf32>) -> tensor<2x3xf32>
+// CHECK:         %z = wave.matmul %x, %w prologue "mul(%0, %1)"(%g) epilogue "add(%0, %1)"(%b) {tag = 1 : i64} : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<4xf32>, tensor<3xf32>) -> tensor<2x3xf32>

@@ -111,3 +111,96 @@ func.func @no_epilogue_when_conv_has_two_uses() {
 // CHECK:         %c = wave.conv %x, %w {
 // CHECK-NOT:     epilogue
 // CHECK-NEXT:    %r = wave.ewise "relu(%0)"(%c)
+
+// -----
+
+// RMS norm before a matmul: the normalizing ewise (with the per-row reciprocal deviation fused into it)
+// becomes the matmul's prologue; x is its a, the row mean of squares and the scale g its prologue inputs.
+// The normalized [4, 8] and the [4, 1] deviation are no longer stored: (2 x 4 x 32) + (2 x 4 x 4) bytes.
+func.func @fuse_rms_norm_prologue() {
+  %x = wave.input "x" : tensor<4x8xf32>
+  %w = wave.weight "w" : tensor<8x5xf32>
+  %g = wave.weight "g" : tensor<8xf32>
+  %sq = wave.ewise "mul(%0, %0)"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %ms = wave.reduce "mean" %sq {axes = array<i64: 1>, keepdims = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %r = wave.ewise "reciprocal(sqrt(add(%0, 1e-06)))"(%ms) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %n = wave.ewise "mul(mul(%0, %1), %2)"(%x, %r, %g) : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  wave.output "y", %y : tensor<4x5xf32>
+  func.return
+}
+// CHECK:       builtin.module attributes {wave.fused_bytes_per_session = 288 : i64}
+// CHECK-LABEL: func.func @fuse_rms_norm_prologue
+// CHECK:         %ms = wave.reduce "mean" %sq
+// CHECK-NEXT:    %{{.*}} = wave.matmul %x, %w prologue "mul(mul(%0, reciprocal(sqrt(add(%2, {{.*}})))), %1)"(%g, %ms) : (tensor<4x8xf32>, tensor<8x5xf32>, tensor<8xf32>, tensor<4x1xf32>) -> tensor<4x5xf32>
+// CHECK-NOT:     wave.ewise
+// CHECK:         wave.output "y"
+// A matmul already reads two inputs: with max-inputs=1 it takes no prologue.
+// NARROW-LABEL: func.func @fuse_rms_norm_prologue
+// NARROW:         wave.matmul %n, %w :
+
+// -----
+
+// Layer norm (as the ONNX frontend lowers LayerNormalization without a bias): d = x - mean is stored (the
+// variance reads it too); the normalizing ewise becomes the prologue of the matmul, with d as its a.
+func.func @fuse_layer_norm_prologue() {
+  %x = wave.input "x" : tensor<4x8xf32>
+  %w = wave.weight "w" : tensor<8x5xf32>
+  %g = wave.weight "g" : tensor<8xf32>
+  %m = wave.reduce "mean" %x {axes = array<i64: 1>, keepdims = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %d = wave.ewise "sub(%0, %1)"(%x, %m) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %ss = wave.reduce "sumsquare" %d {axes = array<i64: 1>, keepdims = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %r = wave.ewise "reciprocal(sqrt(add(mul(%0, 0.125), 1e-05)))"(%ss) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %n = wave.ewise "mul(mul(%0, %1), %2)"(%d, %r, %g) : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  wave.output "y", %y : tensor<4x5xf32>
+  func.return
+}
+// CHECK:       builtin.module attributes {wave.fused_bytes_per_session = 288 : i64}
+// CHECK-LABEL: func.func @fuse_layer_norm_prologue
+// CHECK:         %d = wave.ewise "sub(%0, %1)"(%x, %m)
+// CHECK-NEXT:    %ss = wave.reduce "sumsquare" %d
+// CHECK-NEXT:    %{{.*}} = wave.matmul %d, %w prologue "mul(mul(%0, reciprocal(sqrt(add(mul(%2, 0.125), {{.*}})))), %1)"(%g, %ss) : (tensor<4x8xf32>, tensor<8x5xf32>, tensor<8xf32>, tensor<4x1xf32>) -> tensor<4x5xf32>
+// CHECK-NOT:     wave.ewise
+// CHECK:         wave.output "y"
+
+// -----
+
+// The normalized tensor is also an output: it must be stored, so the matmul reads it and has no prologue.
+func.func @no_prologue_when_normalized_tensor_has_second_use() {
+  %x = wave.input "x" : tensor<4x8xf32>
+  %w = wave.weight "w" : tensor<8x5xf32>
+  %r = wave.input "r" : tensor<4x1xf32>
+  %g = wave.weight "g" : tensor<8xf32>
+  %n = wave.ewise "mul(mul(%0, %1), %2)"(%x, %r, %g) : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  wave.output "n", %n : tensor<4x8xf32>
+  wave.output "y", %y : tensor<4x5xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @no_prologue_when_normalized_tensor_has_second_use
+// CHECK:         %n = wave.ewise "mul(mul(%0, %1), %2)"(%x, %r, %g)
+// CHECK-NEXT:    %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+
+// -----
+
+// A layer norm with a scale and a shift reads d, the row sums, g and b: with a and b of the matmul that
+// is five input slots, more than a task has (4), so the normalizing ewise stays.
+func.func @no_prologue_when_slots_exceed() {
+  %x = wave.input "x" : tensor<4x8xf32>
+  %w = wave.weight "w" : tensor<8x5xf32>
+  %g = wave.weight "g" : tensor<8xf32>
+  %b = wave.weight "b" : tensor<8xf32>
+  %m = wave.reduce "mean" %x {axes = array<i64: 1>, keepdims = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %d = wave.ewise "sub(%0, %1)"(%x, %m) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %ss = wave.reduce "sumsquare" %d {axes = array<i64: 1>, keepdims = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %r = wave.ewise "reciprocal(sqrt(add(mul(%0, 0.125), 1e-05)))"(%ss) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %n = wave.ewise "add(mul(mul(%0, %1), %2), %3)"(%d, %r, %g, %b) : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  wave.output "y", %y : tensor<4x5xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @no_prologue_when_slots_exceed
+// CHECK:         %n = wave.ewise "add(mul(mul(%0, reciprocal(sqrt(add(mul(%3, 0.125), {{.*}})))), %1), %2)"(%d, %g, %b, %ss)
+// CHECK-NEXT:    %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+// CHECK-NOT:     prologue

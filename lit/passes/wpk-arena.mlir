@@ -1,4 +1,5 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena,wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena,wpk-schedule{workers=1},wpk-payload,wpk-verify' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{granularity=op},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
 
 // A chain a -> b -> c -> d: `a` is dead once `b` is computed, so `c` reuses its bytes; the activation
 // arena peaks at two live buffers (the lower bound), not four.
@@ -18,6 +19,31 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OB:[0-9]+]] : i64}
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OA]] : i64}
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OB]] : i64}
+
+// -----
+
+// Tile granularity: `a`'s low half is dead once `lo` copied it, so `hi` (written by the next phase, while
+// `a`'s high half is still read) takes those bytes: 768 bytes per session (the lower bound at tile
+// granularity), where whole-buffer liveness (granularity=op) keeps all of `a` until `hi` is written: 1024.
+// wpk-schedule orders `hi`'s writer after `lo`'s reader of those bytes (write-after-read); wpk-verify, in the
+// first RUN's pipeline, proves the program race-free.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @tile_recycles_consumed_slices() {
+    %x = wave.input "x" : tensor<2x128xf32>
+    %a = wave.ewise "exp(%0)"(%x) : (tensor<2x128xf32>) -> tensor<2x128xf32>
+    %lo = wave.slice %a {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : (tensor<2x128xf32>) -> tensor<2x64xf32>
+    %hi = wave.slice %a {starts = array<i64: 0, 64>, steps = array<i64: 1, 1>} : (tensor<2x128xf32>) -> tensor<2x64xf32>
+    %d = wave.ewise "mul(%0, %1)"(%lo, %hi) : (tensor<2x64xf32>, tensor<2x64xf32>) -> tensor<2x64xf32>
+    wave.output "d", %d : tensor<2x64xf32>
+    func.return
+  }
+}
+// CHECK:       act = 1536 : i64, input = 1024 : i64, output = 512 : i64}, wpk.act_lower_bound = 1536 : i64
+// CHECK:       wpk.buffer "t[[A:[0-9]+]]" {arena = "act", role = "act", bytes = 512 : i64, session_stride = 768 : i64, offset = 0 : i64}
+// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 768 : i64, offset = 512 : i64}
+// CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 768 : i64, offset = 0 : i64}
+// OP:          act = 2048 : i64, input = 1024 : i64, output = 512 : i64}, wpk.act_lower_bound = 2048 : i64
+// OP:          wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 1024 : i64, offset = 768 : i64}
 
 // -----
 

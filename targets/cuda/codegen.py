@@ -33,8 +33,9 @@ from string import Template
 from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
-PROTOCOL = 4  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
-# 4: MATMUL and CONV parameter blocks end with an epilogue (wavec.opcodes.Epilogue)
+PROTOCOL = 6  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
+# 4: MATMUL and CONV parameter blocks end with an epilogue (wavec.opcodes.Epilogue); 5: a MATMUL block has a
+# prologue (wavec.opcodes.Prologue) before its epilogue; 6: an EWISE block ends with its generated-body index
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 FILL_KERNEL_NAME = "wavec_fill_weights"
@@ -51,7 +52,7 @@ OUT_EPOCH, OUT_ERROR, OUT_ERROR_TASK, OUT_ERROR_COUNTER, OUT_ERROR_SEEN, OUT_ERR
 ERRORS = {
     1: "a counter wait timed out (deadlock, or a producer that never signals)",
     2: "a payload has an unknown opcode",
-    3: "an elementwise program (an EWISE task's or a MATMUL / CONV epilogue) is malformed or overflowed its 16-deep stack",
+    3: "an elementwise program (an EWISE task's, a MATMUL prologue or a MATMUL / CONV epilogue) is malformed or overflowed its 16-deep stack",
     4: "a reduce task has an unknown kind",
     5: "the runtime passed input/output half sizes other than the profile's (seen = input, target = output)",
     6: "a payload's session range passes the cohort (seen = session_end, target = sessions)",
@@ -76,6 +77,82 @@ def _c_float_fn(table: dict, params: str, name: str, doc: str) -> str:
     lines.append("    default: return __int_as_float(0x7fffffff);  // unknown code: NaN")
     lines.append("  }")
     lines.append("}")
+    return "\n".join(lines)
+
+
+def _c_comment(text: object) -> str:
+    """Text made safe for a one-line // comment (no newline, no line-continuing backslash)."""
+    return re.sub(r"[^A-Za-z0-9_.:/+%,()<> -]", "_", str(text))
+
+
+def ewise_generated_source(meta: dict) -> str:
+    """The generated EWISE bodies of profile.json ``ewise_bodies`` (TVM TensorIR -> CUDA, see
+    wavec.targets.cuda.tvm_ewise) and ``run_generated_ewise``, which calls body ``body`` over a task's tile
+    (its sessions and elements) and returns false when this kernel has no such body for the block's rank
+    and input count: the bytecode interpreter then runs the task."""
+    from wavec.targets.cuda.tvm_ewise import generated_bodies
+
+    table = list(meta.get("ewise_bodies") or [])
+    bodies = generated_bodies(table, BLOCK_THREADS)
+    lines = ["// ---- Generated EWISE bodies (wavec.targets.cuda.tvm_ewise: TVM TensorIR -> CUDA, sm_90) --------------"]
+    if bodies is None:
+        lines.append(f"// apache-tvm was not importable where this kernel was generated: the {len(table)} bodies of")
+        lines.append("// profile.json ewise_bodies are absent, and every EWISE task runs the bytecode interpreter.")
+        bodies = []
+    elif not bodies:
+        lines.append("// none: the profile numbered no EWISE bodies (no EWISE tasks, or no TVM at compile time).")
+    cases = []
+    for index, (entry, body) in enumerate(zip(table, bodies)):
+        rank, n_in = int(entry["rank"]), int(entry["n_inputs"])
+        if isinstance(body, str):  # TVM failed on it: the bytecode interpreter runs its tasks
+            lines.append(f"// EWISE body {index}: {_c_comment(entry['expr'])}: not generated (TVM raised "
+                         f"{_c_comment(body)}); the bytecode interpreter runs its tasks.")
+            continue
+        comment = (
+            f"// EWISE body {index}: {_c_comment(entry['expr'])}  (rank {rank}, {n_in} inputs)\n"
+            f"// from: {_c_comment(', '.join(entry.get('phases', [])))}"
+        )
+        lines.append(body.source(f"ewise_tvm_{index}", comment))
+        args = []
+        for _decl, name in body.params:
+            arg = {
+                "out": "out.at(t.session_begin, 0)",
+                "begin": "(int)t.elem_begin",
+                "end": "(int)t.elem_end",
+                "sessions": "(int)(t.session_end - t.session_begin)",
+                "out_sstride": "(long long)(out.sstride / sizeof(float))",
+            }.get(name)
+            if arg is None:
+                m = re.fullmatch(r"in(\d+)(?:_(sstride|stride(\d+)))?|dim(\d+)|out_stride(\d+)", name)
+                if m is None:
+                    raise ValueError(f"ewise body {index}: unknown parameter {name!r}")
+                k, what, d, dim, od = m.groups()
+                if dim is not None:
+                    arg = f"(int)shape[{dim}]"
+                elif od is not None:
+                    arg = f"out_strides[{od}]"
+                elif what is None:
+                    arg = f"in[{k}].at(t.session_begin, 0)"
+                elif what == "sstride":
+                    arg = f"(long long)(in[{k}].sstride / sizeof(float))"
+                else:
+                    arg = f"in_strides[{int(k) * rank + int(d)}]"
+            args.append(arg)
+        call = (",\n" + " " * len(f"      ewise_tvm_{index}(")).join(args)
+        cases.append(
+            f"    case {index}:  // {_c_comment(entry['expr'])}\n"
+            f"      if (rank != {rank} || n_in != {n_in}) return false;\n"
+            f"      ewise_tvm_{index}({call});\n"
+            f"      return true;"
+        )
+    lines.append(
+        "// Runs generated body `body` (the EWISE block's last word) over the task's tile; false when there is none\n"
+        "// for the block's rank and input count, and the bytecode interpreter runs the task.\n"
+        "__device__ __forceinline__ bool run_generated_ewise(long long body, const Payload& t, const OperandView& out,\n"
+        "                                                    const OperandView* in, int rank, int n_in, const long long* shape,\n"
+        "                                                    const long long* out_strides, const long long* in_strides) {\n"
+        "  switch (body) {\n" + "".join(c + "\n" for c in cases) + "    default:\n      return false;\n  }\n}"
+    )
     return "\n".join(lines)
 
 
@@ -133,6 +210,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "binary_fn": _c_float_fn(BINARY, "ab", "binary_op", "wavec.opcodes.BINARY, in its order: a = second from top"),
         "ternary_fn": _c_float_fn(TERNARY, "cab", "ternary_op", "wavec.opcodes.TERNARY, in its order: c pushed first"),
         "kernel_name": KERNEL_NAME,
+        "ewise_generated": ewise_generated_source(meta),
         "fill_kernel_name": FILL_KERNEL_NAME,
         "fill_uniform": FILL_KINDS["uniform"],
     }
@@ -413,8 +491,51 @@ struct Epilogue {
   }
 };
 
+// A MATMUL prologue (wavec.opcodes.Prologue): words n_extra, strides[n_extra][rank + 1], n_code, code[n_code],
+// read from `pr`; applied to each element of a as it is loaded. Extra input j is operand slot 2 + j, read
+// at its strides over the output's dims and k (a per-row extra has k stride 0, a per-k one zeros elsewhere).
+constexpr int kMaxPrologueExtras = kMaxInputs - 2;  // a and b take two of the task's input slots
+struct Prologue {
+  int n_extra;
+  const long long* strides;
+  long long n_code;
+  const long long* code;
+  const long long* end;  // the first word after the prologue: the epilogue
+  OperandView extra[kMaxPrologueExtras];
+  __device__ Prologue(const Payload& t, char* const* arena_base, const long long* pr, int rank) {
+    n_extra = (int)pr[0];
+    const int n = valid() ? n_extra : 0;  // a malformed count is reported by the caller, never read past
+    strides = pr + 1;
+    n_code = strides[n * (rank + 1)];
+    code = strides + n * (rank + 1) + 1;
+    end = code + n_code;
+#pragma unroll
+    for (int j = 0; j < kMaxPrologueExtras; ++j)
+      extra[j] = j < n_extra ? operand(t, arena_base, 2 + j) : OperandView{nullptr, 0};
+  }
+  __device__ __forceinline__ bool valid() const { return n_extra >= 0 && n_extra <= kMaxPrologueExtras; }
+};
+
+// One output's view of the prologue's extras: where each starts for this output, and its k stride.
+struct PrologueRow {
+  const float* base[kMaxPrologueExtras];
+  long long k_stride[kMaxPrologueExtras];
+  // The value of a[idx, k] after the prologue: `a` is the element as loaded.
+  __device__ __forceinline__ float apply(const Prologue& pro, float a, long long k, bool& error) const {
+    float vals[kMaxInputs] = {};
+    vals[0] = a;
+#pragma unroll
+    for (int j = 0; j < kMaxPrologueExtras; ++j)
+      if (j < pro.n_extra) vals[j + 1] = base[j][k * k_stride[j]];
+    return run_code(pro.code, pro.n_code, vals, error);
+  }
+};
+
+$ewise_generated
+
 // EWISE: out[idx] = expr(in_0[idx], ...). Words: EWISE, rank, shape[rank], out_strides[rank], n_in,
-// in_strides[n_in][rank], n_code, code[n_code]; insn = kind << 40 | code << 32 | arg.
+// in_strides[n_in][rank], n_code, code[n_code], body; insn = kind << 40 | code << 32 | arg. A task whose
+// body (>= 0) is generated runs it; the bytecode interpreter runs the others.
 __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                            unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
@@ -428,6 +549,8 @@ __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, ch
   OperandView in[kMaxInputs];
 #pragma unroll
   for (int k = 0; k < kMaxInputs; ++k) in[k] = k < n_in ? operand(t, arena_base, k) : OperandView{nullptr, 0};
+  const long long body = code[n_code];  // wavec.opcodes.EwiseParams.body; -1: no generated body
+  if (body >= 0 && run_generated_ewise(body, t, out, in, rank, n_in, shape, out_strides, in_strides)) return;
   bool stack_error = false;
   for (TileCursor c(t); c.s < t.session_end; c.next()) {
     long long out_off = 0, in_off[kMaxInputs] = {0, 0, 0, 0};
@@ -471,8 +594,9 @@ struct LaneGroups {
   }
 };
 
-// MATMUL: out[idx] = epilogue(sum_k a[idx, k] * b[idx, k]). Words: MATMUL, rank, shape[rank], K,
-// out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), epilogue.
+// MATMUL: out[idx] = epilogue(sum_k prologue(a[idx, k]) * b[idx, k]). Words: MATMUL, rank, shape[rank], K,
+// out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), prologue, epilogue.
+// Inputs: a, b, the prologue's extras, the epilogue's extras.
 __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                             unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
@@ -485,7 +609,12 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView a = operand(t, arena_base, 0);
   const OperandView b = operand(t, arena_base, 1);
-  const Epilogue ep(t, arena_base, b_strides + rank + 1, 2);
+  const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
+  if (!pro.valid()) {
+    if (threadIdx.x == 0) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+    return;
+  }
+  const Epilogue ep(t, arena_base, pro.end, 2 + pro.n_extra);
   bool ep_error = false;
   const LaneGroups g(t);
   for (unsigned base = 0; base < g.outputs; base += g.groups) {
@@ -497,7 +626,7 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
     if (active) {
       s = t.session_begin + o / g.per_session;
       e = t.elem_begin + o % g.per_session;
-      long long a_off = 0, b_off = 0;
+      long long a_off = 0, b_off = 0, x_off[kMaxPrologueExtras] = {};
       unsigned rem = t.elem_begin + o % g.per_session;
       for (int d = rank - 1; d >= 0; --d) {
         const unsigned dim = (unsigned)shape[d];
@@ -506,19 +635,38 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
         out_off += i * out_strides[d];
         a_off += i * a_strides[d];
         b_off += i * b_strides[d];
+#pragma unroll
+        for (int j = 0; j < kMaxPrologueExtras; ++j)
+          if (j < pro.n_extra) x_off[j] += i * pro.strides[j * (rank + 1) + d];
       }
       const float* pa = a.at(s, a_off);
       const float* pb = b.at(s, b_off);
       const long long step = g.lanes;
       long long k = g.lane;
-      // Four independent products in flight per thread.
-      for (; k + 3 * step < K; k += 4 * step) {
-        acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
-        acc1 = fmaf(pa[(k + step) * ak], pb[(k + step) * bk], acc1);
-        acc2 = fmaf(pa[(k + 2 * step) * ak], pb[(k + 2 * step) * bk], acc2);
-        acc3 = fmaf(pa[(k + 3 * step) * ak], pb[(k + 3 * step) * bk], acc3);
+      if (pro.n_code == 0) {
+        // Four independent products in flight per thread.
+        for (; k + 3 * step < K; k += 4 * step) {
+          acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
+          acc1 = fmaf(pa[(k + step) * ak], pb[(k + step) * bk], acc1);
+          acc2 = fmaf(pa[(k + 2 * step) * ak], pb[(k + 2 * step) * bk], acc2);
+          acc3 = fmaf(pa[(k + 3 * step) * ak], pb[(k + 3 * step) * bk], acc3);
+        }
+        for (; k < K; k += step) acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
+      } else {
+        // A prologue: each element of a is normalized (or scaled) as it is loaded, in registers; the
+        // normalized a is never stored.
+        PrologueRow row;
+#pragma unroll
+        for (int j = 0; j < kMaxPrologueExtras; ++j) {
+          row.base[j] = j < pro.n_extra ? pro.extra[j].at(s, x_off[j]) : nullptr;
+          row.k_stride[j] = j < pro.n_extra ? pro.strides[j * (rank + 1) + rank] : 0;
+        }
+        for (; k + step < K; k += 2 * step) {
+          acc0 = fmaf(row.apply(pro, pa[k * ak], k, ep_error), pb[k * bk], acc0);
+          acc1 = fmaf(row.apply(pro, pa[(k + step) * ak], k + step, ep_error), pb[(k + step) * bk], acc1);
+        }
+        if (k < K) acc0 = fmaf(row.apply(pro, pa[k * ak], k, ep_error), pb[k * bk], acc0);
       }
-      for (; k < K; k += step) acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
     }
     const float sum = g.combine((acc0 + acc1) + (acc2 + acc3));
     if (active && g.lane == 0) *out.at(s, out_off) = ep.apply(sum, s, e, ep_error);

@@ -6,7 +6,8 @@ the arenas is read, so a body sees exactly the bytes earlier tasks wrote.
 
 Numerics: elementwise bodies run in float32 (wavec.opcodes.run_bytecode, as the CUDA body does).
 MATMUL, CONV and every REDUCE kind except max/min accumulate in float64 (products of float32 values are
-exact there) and round once to float32 at the end; max/min are exact in either.
+exact there) and round once to float32 at the end; max/min are exact in either. A MATMUL prologue runs in
+float32 on each element of a (as the CUDA body does) before the products.
 """
 
 from __future__ import annotations
@@ -136,10 +137,26 @@ def _epilogue(plan: TaskPlan, p: MatmulParams | ConvParams, lo: int, hi: int, ac
         return acc
     extras = [
         _read(plan, op, view_offsets(ep.shape, st, lo, hi), mem)
-        for op, st in zip(plan.inputs[p.n_own :], ep.strides)
+        for op, st in zip(plan.inputs[p.epilogue_slot :], ep.strides)
     ]
     acc = np.broadcast_to(np.asarray(acc, np.float32), (plan.n_sessions, hi - lo))
     return run_bytecode(list(ep.code), [acc, *extras])
+
+
+def prologue_rel(p: MatmulParams, lo: int, hi: int) -> list[np.ndarray]:
+    """Relative element offsets ``[hi - lo, K]`` of each prologue extra for output elements ``[lo, hi)``."""
+    ks = np.arange(p.k, dtype=np.int64)
+    return [view_offsets(p.shape, st[:-1], lo, hi)[:, None] + ks[None, :] * st[-1] for st in p.prologue.strides]
+
+
+def _prologue(plan: TaskPlan, p: MatmulParams, lo: int, hi: int, a: np.ndarray, mem: dict[Arena, np.ndarray]):
+    """Applies the task's prologue (if any) to float32 ``a`` ([sessions, hi - lo, K]) of the output elements
+    ``[lo, hi)`` in float32, reading the extra inputs (slots 2..) from the arenas."""
+    pro = p.prologue
+    if not pro.code:
+        return a
+    extras = [_read(plan, op, rel, mem) for op, rel in zip(plan.inputs[2:], prologue_rel(p, lo, hi))]
+    return np.broadcast_to(run_bytecode(list(pro.code), [a, *extras]), a.shape)
 
 
 def _matmul(plan: TaskPlan, p: MatmulParams, mem: dict[Arena, np.ndarray]) -> None:
@@ -152,7 +169,7 @@ def _matmul(plan: TaskPlan, p: MatmulParams, mem: dict[Arena, np.ndarray]) -> No
             continue
         a_rel = view_offsets(p.shape, p.a_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.a_strides[-1]
         b_rel = view_offsets(p.shape, p.b_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.b_strides[-1]
-        a = _read(plan, a_op, a_rel, mem).astype(np.float64)
+        a = _prologue(plan, p, lo, hi, _read(plan, a_op, a_rel, mem), mem).astype(np.float64)
         b = _read(plan, b_op, b_rel, mem).astype(np.float64)
         acc = np.einsum("sek,sek->se", a, b).astype(np.float32)
         _write(plan, out_rel, _epilogue(plan, p, lo, hi, acc, mem), mem)
@@ -260,5 +277,5 @@ _BODIES = {Opcode.EWISE: _ewise, Opcode.MATMUL: _matmul, Opcode.CONV: _conv, Opc
 
 
 def expected_inputs(params: Params) -> int:
-    """How many input operand slots a task of these parameters reads (an epilogue's extras included)."""
+    """How many input operand slots a task of these parameters reads (prologue and epilogue extras included)."""
     return n_task_inputs(params)

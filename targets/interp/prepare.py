@@ -8,6 +8,9 @@ The results are bit-identical to bodies.run_task:
 
 - EWISE and REDUCE gather with the cached indices (a contiguous operand is sliced, not gathered) and run
   the same numpy operations (the bytecode is turned into one Python function once per distinct program).
+- A MATMUL with a prologue gathers a and the prologue's extras with cached indices, runs the prologue
+  program in float32 and then the reference's products (it takes neither the rectangles nor the weight cache
+  for a).
 - MATMUL and CONV split the tile into rectangles ``rows x cols`` of the output (rows of the matmul's m or
   the conv's output channels, columns of n or output positions) within which one operand depends only on
   the row and the other only on the column, checked on the indices themselves. Each rectangle is one
@@ -57,6 +60,7 @@ from .bodies import (
     _indices,
     _reduce_values,
     conv_gather,
+    prologue_rel,
 )
 
 TASK_CACHE_ELEMS = 1 << 22  # cached index / weight elements per task
@@ -224,7 +228,7 @@ def _out_epilogue(plan: TaskPlan, p, lo: int, hi: int, rel: np.ndarray, mem: dic
         return False
     reads = [  # bounds-checked before the output, in the reference's order
         _Read(op.arena, _indices(plan, op, view_offsets(ep.shape, st, lo, hi), mem))
-        for op, st in zip(plan.inputs[p.n_own :], ep.strides)
+        for op, st in zip(plan.inputs[p.epilogue_slot :], ep.strides)
     ]
     return _EpilogueWrite(_out(plan, rel, mem), program, reads, (plan.n_sessions, hi - lo))
 
@@ -501,7 +505,7 @@ def _mm_runner(n_sessions: int, n_elems: int, ops, bias, write: _Write) -> Runne
 def _prep_matmul(plan: TaskPlan, p: MatmulParams, mem: dict, cache: TaskCache) -> Runner | None:
     a_op, b_op = plan.inputs[:2]
     ks = np.arange(p.k, dtype=np.int64)
-    chunks = []
+    chunks, pro_chunks = [], []
     for lo, hi in _chunks(*plan.elems, p.k, plan.n_sessions):
         out_rel = view_offsets(p.shape, p.out_strides, lo, hi)
         if p.k == 0:
@@ -513,11 +517,13 @@ def _prep_matmul(plan: TaskPlan, p: MatmulParams, mem: dict, cache: TaskCache) -
         a_rel = view_offsets(p.shape, p.a_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.a_strides[-1]
         b_rel = view_offsets(p.shape, p.b_strides[:-1], lo, hi)[:, None] + ks[None, :] * p.b_strides[-1]
         a_idx = _indices(plan, a_op, a_rel, mem)
+        pro_idx = [_indices(plan, op, rel, mem) for op, rel in zip(plan.inputs[2:], prologue_rel(p, lo, hi))]
         b_idx = _indices(plan, b_op, b_rel, mem)
         write = _out_epilogue(plan, p, lo, hi, out_rel, mem)
         if write is False:
             return None
         chunks.append((a_idx, b_idx, write))
+        pro_chunks.append(pro_idx)
     if p.k == 0:
         if not _fits(cache, [w for _, _, w in chunks], 4):
             return None
@@ -529,6 +535,8 @@ def _prep_matmul(plan: TaskPlan, p: MatmulParams, mem: dict, cache: TaskCache) -
                 w(m, zero)
 
         return run0
+    if p.prologue.code:
+        return _prologue_dot(plan, p, mem, cache, chunks, pro_chunks)
     if len(chunks) == 1 and len(p.shape) >= 2:
         a_idx, b_idx, write = chunks[0]
         if not (write.overlaps(_Read(a_op.arena, a_idx)) or write.overlaps(_Read(b_op.arena, b_idx))):
@@ -541,6 +549,43 @@ def _prep_matmul(plan: TaskPlan, p: MatmulParams, mem: dict, cache: TaskCache) -
     return _gather_dot(
         plan, mem, cache, [(a_op.arena, a_idx, None, b_op.arena, b_idx, w, None) for a_idx, b_idx, w in chunks], None
     )
+
+
+def _prologue_dot(plan: TaskPlan, p: MatmulParams, mem: dict, cache: TaskCache, chunks, pro_chunks) -> Runner | None:
+    """A MATMUL with a prologue, the reference's way with cached indices: per chunk, gather a and the
+    prologue's extras [S, E, K], run the prologue program in float32, then the float64 products."""
+    program = compile_program(p.prologue.code)
+    if program is None:
+        return None  # the reference body raises
+    a_op, b_op = plan.inputs[:2]
+    steps, total = [], 0
+    for (a_idx, b_idx, write), pro_idx in zip(chunks, pro_chunks):
+        a_read = _Read(a_op.arena, a_idx)
+        extras = [_Read(op.arena, idx) for op, idx in zip(plan.inputs[2:], pro_idx)]
+        b_read = _Read(b_op.arena, b_idx)
+        if len(chunks) > 1 and any(write.overlaps(r) for r in (a_read, *extras, b_read)):
+            return None  # later chunks would read what earlier ones wrote: keep the reference's order
+        if b_op.arena == Arena.WEIGHTS:
+            b_get = _f64_rows(b_op.arena, b_idx, mem, cache)
+            if b_get is None:
+                return None
+        else:
+            b_get = (lambda r: lambda m: r(m).astype(_F64))(b_read)
+            total += b_read.cached
+        total += a_read.cached + sum(r.cached for r in extras)
+        steps.append((a_read, extras, b_get, write))
+    if not _fits(cache, [s[3] for s in steps], 4, total):
+        return None
+    einsum = np.einsum
+
+    def run(m: dict) -> None:
+        for a_read, extras, b_get, write in steps:
+            a = a_read(m)
+            with np.errstate(all="ignore"):
+                lhs = np.broadcast_to(program([a, *[r(m) for r in extras]]), a.shape).astype(_F64)
+            write(m, einsum("ser,ser->se", lhs, b_get(m)).astype(_F32))
+
+    return run
 
 
 def _gather_dot(plan, mem, cache, chunks, bias) -> Runner | None:

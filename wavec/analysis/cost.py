@@ -23,7 +23,8 @@ def flops_per_element(params) -> int:
     if isinstance(params, EwiseParams):
         return _code_flops(params.code)
     if isinstance(params, MatmulParams):
-        return 2 * params.k + _code_flops(params.epilogue.code)
+        # A prologue runs on every element of a that an output reads: K times per output element.
+        return params.k * (2 + _code_flops(params.prologue.code)) + _code_flops(params.epilogue.code)
     if isinstance(params, ConvParams):
         return 2 * (params.c_in // params.group) * math.prod(params.kernel) + params.has_bias + _code_flops(params.epilogue.code)
     return math.prod(params.rshape)

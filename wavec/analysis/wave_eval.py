@@ -143,7 +143,10 @@ def _compute(op: Operation, args: list[np.ndarray]) -> np.ndarray:
         n_extra = len(op.epilogue_inputs)
         own, extras = (args[: len(args) - n_extra], args[len(args) - n_extra :]) if n_extra else (args, [])
         if isinstance(op, wave.MatmulOp):
-            acc = matmul(*own)
+            a, b, pro_extras = own[0], own[1], own[2:]
+            if op.prologue is not None:  # applied to each element of a as it is loaded
+                a = ewise(op.prologue.data, [a, *pro_extras], a.shape)
+            acc = matmul(a, b)
         else:
             bias = own[2] if len(own) > 2 else None
             acc = conv(own[0], own[1], bias, _ints(op.strides), _ints(op.pads), _ints(op.dilations), op.group.value.data)

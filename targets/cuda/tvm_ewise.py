@@ -1,0 +1,320 @@
+"""Generated CUDA tile bodies for EWISE expressions, from TVM TensorIR (apache-tvm 0.27, optional).
+
+For each distinct (expression, rank, n_inputs) of a profile's EWISE tasks (profile.json ``ewise_bodies``,
+numbered by wpk-payload) this module builds one TensorIR PrimFunc over one task tile and lets TVM emit its
+CUDA for sm_90; a text pass turns the kernel into a ``__device__`` function of the persistent kernel.
+
+The tile (the semantics of wavec.opcodes.EwiseParams, for the sessions of one payload):
+
+    for w in [0, sessions * (end - begin)):          # a block-stride loop: only threadIdx.x is bound
+        s, e = w / (end - begin), begin + w % (end - begin)
+        idx = unravel(e, (dim0, ..., dim{r-1}))       # row-major over one session's iteration space
+        out[s * out_sstride + sum_d idx[d] * out_stride{d}] = expr(in{k}[s * in{k}_sstride + sum_d idx[d] * in{k}_stride{d}])
+
+Every buffer is a flat float32 view from its operand's first session of the tile, indexed through symbolic
+strides in elements (0 broadcasts, negative reverses, ``*_sstride`` steps between sessions); shapes and
+the element range are symbolic too, so one body serves every tile and every shape of its rank. With
+``sessions = 1`` it is exactly one session's flat element range ``[begin, end)``.
+
+Pitfalls this module handles (design/notes/tvm_probe.md): TVM orders a kernel's parameters by its own
+rules (buffer names, alphabetically), so the call's argument order is read from the lowered device
+PrimFunc; ``__launch_bounds__`` is only legal on a ``__global__`` function, so it is dropped; the buffers
+are not ``tirx.noalias``: a ``__restrict__`` input could be loaded through the non-coherent cache, which
+does not see what other blocks of the persistent kernel wrote earlier in the beat; unused CSE temporaries
+are dropped (nvcc warns about them); ``CUDART_*`` constants become bit patterns (no math_constants.h).
+
+TVM is imported lazily and only here; `available()` asks whether it is installed without importing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+from dataclasses import dataclass
+
+from wavec.errors import WavecError
+from wavec.opcodes import BINARY, TERNARY, UNARY, Expr, parse_expr
+
+DEVICE_ARCH = "sm_90"
+FUNC_NAME = "ewise_tile"  # the PrimFunc's global symbol; TVM names the kernel FUNC_NAME + "_kernel"
+
+
+def available() -> bool:
+    """Whether apache-tvm is importable (asked without importing it: a check costs microseconds)."""
+    try:
+        return importlib.util.find_spec("tvm") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["tvm"] is None (import blocked)
+        return False
+
+
+def _names(expr: Expr) -> set[str]:
+    if expr.kind != "call":
+        return set()
+    return {str(expr.value)}.union(*(_names(a) for a in expr.args))
+
+
+def supports(expr: Expr) -> bool:
+    """Whether this module can generate a body for ``expr``: TVM is installed and every function of the
+    expression has a TensorIR form below."""
+    return available() and _names(expr) <= set(_TIR_OPS)
+
+
+# ---- expression -> TensorIR ---------------------------------------------------------------------------
+# Each entry builds the TIR value of one wavec.opcodes function from its argument values, with the same
+# semantics as the bytecode (the CUDA tables there, and numpy's in the interpreter).
+
+
+def _tir_ops() -> dict:
+    def f(v):
+        from tvm.script import tirx as T
+
+        return T.float32(v)
+
+    def T():  # noqa: N802 - the module, imported when a body is built
+        from tvm.script import tirx
+
+        return tirx
+
+    def flag(cond):
+        return T().Select(cond, f(1.0), f(0.0))
+
+    return {
+        "neg": lambda a: a * f(-1.0),
+        "abs": lambda a: T().fabs(a),
+        "relu": lambda a: T().max(a, f(0.0)),
+        "sigmoid": lambda a: T().sigmoid(a),
+        "tanh": lambda a: T().tanh(a),
+        "exp": lambda a: T().exp(a),
+        "log": lambda a: T().log(a),
+        "sqrt": lambda a: T().sqrt(a),
+        "reciprocal": lambda a: f(1.0) / a,
+        "floor": lambda a: T().floor(a),
+        "ceil": lambda a: T().ceil(a),
+        "sin": lambda a: T().sin(a),
+        "cos": lambda a: T().cos(a),
+        "softplus": lambda a: T().log1p(T().exp(a)),
+        "sign": lambda a: T().Select(a > f(0.0), f(1.0), T().Select(a < f(0.0), f(-1.0), f(0.0))),
+        "not": lambda a: flag(a == f(0.0)),
+        "round": lambda a: T().nearbyint(a),  # half to even, like np.round and rintf
+        "add": lambda a, b: a + b,
+        "sub": lambda a, b: a - b,
+        "mul": lambda a, b: a * b,
+        "div": lambda a, b: a / b,
+        "pow": lambda a, b: T().pow(a, b),
+        "max": lambda a, b: T().max(a, b),
+        "min": lambda a, b: T().min(a, b),
+        "eq": lambda a, b: flag(a == b),
+        "lt": lambda a, b: flag(a < b),
+        "gt": lambda a, b: flag(a > b),
+        "le": lambda a, b: flag(a <= b),
+        "ge": lambda a, b: flag(a >= b),
+        "fmod": lambda a, b: T().fmod(a, b),
+        "select": lambda c, a, b: T().Select(c != f(0.0), a, b),
+    }
+
+
+_TIR_OPS = _tir_ops()
+assert set(_TIR_OPS) == set(UNARY) | set(BINARY) | set(TERNARY), "a wavec.opcodes function has no TIR form"
+
+
+def _tir_value(expr: Expr, loads: list):
+    from tvm.script import tirx as T
+
+    if expr.kind == "input":
+        return loads[int(expr.value)]  # type: ignore[arg-type]
+    if expr.kind == "const":
+        return T.float32(float(expr.value))  # type: ignore[arg-type]
+    return _TIR_OPS[str(expr.value)](*(_tir_value(a, loads) for a in expr.args))
+
+
+def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_threads: bool = True):
+    """The TensorIR PrimFunc of one EWISE tile of ``expr`` (see the module docstring for its parameters).
+    ``bind_threads=False`` keeps the same loop nest with a serial outer loop, for the CPU (llvm) build."""
+    from tvm.script import tirx as T
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder.tirx import prim_func
+
+    with IRBuilder() as ib:
+        with prim_func():
+            T.func_name(FUNC_NAME)
+            T.func_attr({"global_symbol": FUNC_NAME})  # no tirx.noalias: see the module docstring
+            handles = [T.arg(f"in{k}", T.handle()) for k in range(n_inputs)]
+            out_handle = T.arg("out", T.handle())
+            begin, end, sessions = (T.arg(n, T.int32()) for n in ("begin", "end", "sessions"))
+            dims = [T.arg(f"dim{d}", T.int32()) for d in range(rank)]
+            out_strides = [T.arg(f"out_stride{d}", T.int64()) for d in range(rank)]
+            out_sstride = T.arg("out_sstride", T.int64())
+            in_strides = [[T.arg(f"in{k}_stride{d}", T.int64()) for d in range(rank)] for k in range(n_inputs)]
+            in_sstrides = [T.arg(f"in{k}_sstride", T.int64()) for k in range(n_inputs)]
+            ins = []
+            for k, h in enumerate(handles):
+                buf = T.match_buffer(h, (T.int64(),), "float32", align=4)
+                IRBuilder.name(f"in{k}", buf)
+                ins.append(buf)
+            out = T.match_buffer(out_handle, (T.int64(),), "float32", align=4)
+            IRBuilder.name("out", out)
+            n = end - begin
+            outer = T.thread_binding(threads, thread="threadIdx.x") if bind_threads else T.serial(threads)
+            with outer as tx:
+                with T.serial((sessions * n + (threads - 1)) // threads) as i:
+                    w = i * threads + tx
+                    with T.If(w < sessions * n):
+                        with T.Then():
+                            s = T.Cast("int64", T.truncdiv(w, n))
+                            rem = begin + T.truncmod(w, n)
+                            idx: list = [None] * rank
+                            for d in reversed(range(rank)):
+                                idx[d] = T.Cast("int64", T.truncmod(rem, dims[d]) if d else rem)
+                                rem = T.truncdiv(rem, dims[d])
+
+                            def at(strides, sstride):
+                                off = s * sstride
+                                for d in range(rank):
+                                    off = off + idx[d] * strides[d]
+                                return off
+
+                            loads = [ins[k][at(in_strides[k], in_sstrides[k])] for k in range(n_inputs)]
+                            T.buffer_store(out, _tir_value(expr, loads), [at(out_strides, out_sstride)])
+    return ib.get()
+
+
+# ---- TVM -> a __device__ function ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceBody:
+    """One generated body: ``params`` are the device function's parameters in TVM's order, each as
+    (C declaration, logical name: in{k}, out, begin, end, sessions, dim{d}, out_stride{d}, out_sstride,
+    in{k}_stride{d}, in{k}_sstride); ``source`` is the function with ``name`` as its name."""
+
+    name: str
+    params: tuple[tuple[str, str], ...]
+    body: str
+
+    def source(self, name: str, comment: str) -> str:
+        decls = ",\n    ".join(decl for decl, _ in self.params)
+        return f"{comment}\n__device__ __forceinline__ void {name}(\n    {decls}) {{\n{self.body}}}\n"
+
+
+def _lower_for_cuda(func, threads: int):
+    """(device PrimFunc, CUDA source) of ``func``, replaying tvm.tirx.build up to the device codegen."""
+    import tvm
+    from tvm.target import Target
+    from tvm.tirx.build import codegen_build, split_host_device_mods
+
+    target = Target({"kind": "cuda", "arch": DEVICE_ARCH, "max_num_threads": threads}).with_host(
+        Target({"kind": "llvm"})
+    )
+    mod = tvm.tirx.transform.BindTarget(target)(tvm.IRModule({FUNC_NAME: func}))
+    pipeline, _finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+    _host, devices = split_host_device_mods(pipeline(mod))
+    if len(devices) != 1:
+        raise WavecError(f"tvm_ewise: expected one CUDA device module, TVM made {len(devices)}")
+    ((dev_target, dev_mod),) = devices.items()
+    dev_mod = finalize_device()(dev_mod)
+    kernels = list(dev_mod.functions.items())
+    if len(kernels) != 1:
+        raise WavecError(f"tvm_ewise: expected one kernel, TVM made {len(kernels)}")
+    (gv, kernel), = kernels
+    return gv.name_hint, kernel, codegen_build(dev_mod, dev_target).inspect_source()
+
+
+_UNUSED_DECL = re.compile(r"^[ \t]*(?:int|int64_t|float|bool) (\w+) = [^;]*;\n", re.M)
+_FORBIDDEN = re.compile(r"\b(blockIdx|gridDim|__shared__|__syncthreads|uint|uchar|ushort|half|__nv_bfloat16)\b")
+
+
+def _drop_unused_decls(body: str) -> str:
+    """Removes `T x = ...;` lines whose variable is never read (TVM's CSE leaves some behind)."""
+    while True:
+        for m in _UNUSED_DECL.finditer(body):
+            if len(re.findall(rf"\b{m.group(1)}\b", body)) == 1:
+                body = body[: m.start()] + body[m.end() :]
+                break
+        else:
+            return body
+
+
+def to_device_body(kernel_name: str, param_names: list[str], source: str, threads: int) -> DeviceBody:
+    """The text pass: TVM's ``extern "C" __global__ void __launch_bounds__(N) NAME(params) {...}`` to the
+    parts of a ``__device__`` function. Raises WavecError when the kernel is not a plain thread-only body."""
+    head = re.compile(
+        rf'extern "C" __global__ void __launch_bounds__\((\d+)\) {re.escape(kernel_name)}\(([^)]*)\) \{{\n'
+    )
+    defs = list(head.finditer(source))
+    if len(defs) != 1:
+        raise WavecError(f"tvm_ewise: {len(defs)} definitions of {kernel_name} in TVM's CUDA source, expected 1")
+    m = defs[0]
+    if int(m.group(1)) != threads:
+        raise WavecError(f"tvm_ewise: {kernel_name} launches {m.group(1)} threads, the persistent kernel {threads}")
+    decls = [d.strip().replace("__restrict__ ", "") for d in m.group(2).split(",")]
+    if len(decls) != len(param_names) or any(not d.endswith(" " + n) for d, n in zip(decls, param_names)):
+        raise WavecError(f"tvm_ewise: {kernel_name}'s signature {decls} disagrees with its device TIR {param_names}")
+    body = source[m.end() :].rstrip()
+    if not body.endswith("}"):
+        raise WavecError(f"tvm_ewise: {kernel_name}'s body does not end the source")
+    body = _drop_unused_decls(body[:-1].rstrip() + "\n")
+    body = body.replace("CUDART_INF_F", "__int_as_float(0x7f800000)").replace("CUDART_NAN_F", "__int_as_float(0x7fffffff)")
+    bad = _FORBIDDEN.search(body)
+    if bad:
+        raise WavecError(f"tvm_ewise: {kernel_name} uses {bad.group(1)!r}, which a persistent-kernel tile body may not")
+    logical = [n.removesuffix("_ptr") if d.startswith("float*") else n for d, n in zip(decls, param_names)]
+    return DeviceBody(kernel_name, tuple(zip(decls, logical)), body)
+
+
+@functools.lru_cache(maxsize=None)
+def device_body(expr_text: str, rank: int, n_inputs: int, threads: int) -> DeviceBody:
+    """The generated body of one (expression, rank, n_inputs), cached by its text for the process (a
+    profile's bodies cost ~30 ms each in TVM, after TVM's ~0.8 s import)."""
+    expr = parse_expr(expr_text)
+    if not _names(expr) <= set(_TIR_OPS):
+        raise WavecError(f"tvm_ewise: {expr_text!r} uses a function without a TensorIR form")
+    used = expr.inputs()
+    if used and max(used) >= n_inputs:
+        raise WavecError(f"tvm_ewise: {expr_text!r} reads %{max(used)} but the tile has {n_inputs} inputs")
+    name, kernel, source = _lower_for_cuda(ewise_primfunc(expr, rank, n_inputs, threads), threads)
+    return to_device_body(name, [p.name for p in kernel.params], source, threads)
+
+
+def generated_bodies(bodies: list[dict], threads: int) -> list[DeviceBody | str] | None:
+    """The device bodies of profile.json's ``ewise_bodies`` (in index order), or None when TVM is not
+    importable here (the kernel then runs every EWISE task through the bytecode interpreter). A body TVM
+    fails on (it refuses to fold ``reciprocal(0.0)``, say) is the name of the error instead: its tasks run
+    the bytecode interpreter."""
+    if not bodies:
+        return []
+    try:
+        import tvm  # noqa: F401
+    except ImportError:
+        return None
+    out: list[DeviceBody | str] = []
+    for b in bodies:
+        try:
+            out.append(device_body(b["expr"], int(b["rank"]), int(b["n_inputs"]), threads))
+        except Exception as e:  # noqa: BLE001 - TVM's internal errors have no common base; fall back
+            out.append(type(e).__name__)
+    return out
+
+
+@functools.cache
+def _llvm_fmod() -> None:
+    """TVM 0.27's llvm backend has no lowering for tirx.fmod; the C library's fmodf is the exact one."""
+    import tvm
+
+    tvm.tirx.op.register_intrin_lowering(
+        "tirx.fmod", target="llvm", f=lambda op: tvm.tirx.call_pure_extern("float32", "fmodf", *op.args), level=99
+    )
+
+
+def cpu_function(expr: Expr, rank: int, n_inputs: int, threads: int):
+    """The same PrimFunc built for the llvm target (threadIdx.x as a serial loop): a callable taking
+    ``(in0, ..., out, begin, end, sessions, dims..., out_strides..., out_sstride, in strides..., in sstrides...)``
+    with tvm.runtime tensors for the buffers. For tests against wavec.opcodes.eval_expr."""
+    import tvm
+
+    _llvm_fmod()
+    func = ewise_primfunc(expr, rank, n_inputs, threads, bind_threads=False)
+    return tvm.compile(tvm.IRModule({FUNC_NAME: func}), target=tvm.target.Target({"kind": "llvm"}))[FUNC_NAME]
+
+
+__all__ = ["available", "cpu_function", "device_body", "ewise_primfunc", "generated_bodies", "supports"]

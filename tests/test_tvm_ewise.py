@@ -1,0 +1,288 @@
+"""Generated EWISE bodies (wavec.targets.cuda.tvm_ewise): every fused expression of the real Silero profile
+gets a TVM TensorIR body that nvcc compiles into kernel.cu with zero warnings; the same PrimFunc built for
+the CPU matches wavec.opcodes.eval_expr on random inputs through broadcast, negative and session strides;
+without TVM the compiler still works and every EWISE task runs the bytecode.
+
+Tolerance: |tvm - eval_expr| <= 1e-6 * max(1, |eval_expr|) (inputs are of magnitude ~1: relative 1e-6,
+except where a result cancels to near 0, where it is 1e-6 of the operands' scale).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from wavec.opcodes import BINARY, TERNARY, UNARY, EwiseParams, Opcode, decode_expr, eval_expr, parse_expr, unpack_params
+
+tvm = pytest.importorskip("tvm", reason="apache-tvm is the optional `tvm` extra")
+
+from wavec.targets.cuda import build, tvm_ewise  # noqa: E402
+from wavec.targets.cuda.codegen import BLOCK_THREADS, generate_kernel  # noqa: E402
+
+NVCC = build.find_nvcc()
+
+
+def _ewise_blocks(profile) -> list[EwiseParams]:
+    rows = profile.payloads[profile.payloads["opcode"] == int(Opcode.EWISE)]
+    return [unpack_params(profile.params, int(at)) for at in rows["params"]]
+
+
+@pytest.fixture(scope="module")
+def silero():
+    import wavec.driver
+    from wavec.frontends.onnx import import_onnx
+    from wavec.models import silero_vad_path
+
+    graph = import_onnx(silero_vad_path(), bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")])
+    return wavec.driver.compile_graph(graph, sessions=3, workers=8)
+
+
+def _tiny_model() -> onnx.ModelProto:
+    """sigmoid(x) * tanh(y) + z, z broadcast over rows: one fused EWISE op."""
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 8]) for n in ("x", "y"))
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [8])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 8])
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["sx"]),
+        helper.make_node("Tanh", ["y"], ["ty"]),
+        helper.make_node("Mul", ["sx", "ty"], ["m"]),
+        helper.make_node("Add", ["m", "z"], ["out"]),
+    ]
+    graph = helper.make_graph(nodes, "tiny_ewise", [x, y, z], [out])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _compile_tiny():
+    import wavec.driver
+    from wavec.frontends.onnx import import_onnx
+
+    return wavec.driver.compile_graph(import_onnx(_tiny_model()), sessions=3, workers=4)
+
+
+# ---- (a) the real Silero profile: every EWISE task runs a generated body, and kernel.cu compiles clean ----
+
+
+def test_every_silero_ewise_task_runs_a_generated_body(silero):
+    bodies = silero.meta["ewise_bodies"]
+    blocks = _ewise_blocks(silero)
+    assert blocks and all(p.body >= 0 for p in blocks)
+    assert sorted({p.body for p in blocks}) == list(range(len(bodies)))
+    fused = [b["expr"] for b in bodies if b["expr"].count("(") >= 3]  # chains wave-fuse made
+    assert "add(mul(sigmoid(%1), %3), mul(sigmoid(%0), tanh(%2)))" in fused, fused  # the LSTM cell update
+    for p in blocks:  # a block's index names its own expression, rank and input count
+        entry = bodies[p.body]
+        assert (parse_expr(entry["expr"]), entry["rank"], entry["n_inputs"]) == (
+            decode_expr(p.code), len(p.shape), len(p.in_strides))
+    from wavec.verify import verify_profile
+
+    verify_profile(silero)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+def test_silero_kernel_with_generated_bodies_compiles_without_warnings(silero, tmp_path):
+    import subprocess
+
+    src = silero.kernel_source
+    assert src == generate_kernel(silero.meta), "kernel.cu must be deterministic"
+    (tmp_path / "kernel.cu").write_text(src)
+    proc = subprocess.run(  # tests/test_cuda.py's flags: build.py's plus -Werror all-warnings
+        [NVCC, "-cubin", *build.ARCH_FLAGS, "-O3", "-lineinfo", "-std=c++17", "-Werror", "all-warnings",
+         "-Xptxas", "-v", "-o", str(tmp_path / "kernel.cubin"), str(tmp_path / "kernel.cu")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr.lower(), proc.stderr
+    spills = re.search(r"wavec_persistent[\s\S]*?(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
+    assert spills and spills.groups() == ("0", "0"), proc.stderr
+
+
+# ---- (c) what kernel.cu holds ----------------------------------------------------------------------------
+
+
+def test_kernel_holds_the_generated_body_and_its_dispatch(silero):
+    src = silero.kernel_source
+    bodies = silero.meta["ewise_bodies"]
+    cell = next(i for i, b in enumerate(bodies) if b["expr"] == "mul(sigmoid(%0), tanh(%1))")
+    start = src.index(f"// EWISE body {cell}: mul(sigmoid(%0), tanh(%1))  (rank 2, 2 inputs)\n// from: ewise_")
+    fn = src[start : src.index("\n}\n", start)]
+    assert f"__device__ __forceinline__ void ewise_tvm_{cell}(" in fn
+    assert "tanhf(" in fn and "expf(" in fn and "threadIdx.x" in fn
+    for banned in ("__global__", "__launch_bounds__", "__restrict__", "blockIdx", "cse_v"):
+        assert banned not in fn, banned
+    case = src[src.index(f"    case {cell}:  // mul(sigmoid(%0), tanh(%1))") :]
+    assert case.split("\n")[1].strip() == "if (rank != 2 || n_in != 2) return false;"
+    assert f"ewise_tvm_{cell}(in[" in case.split("return true;")[0]
+    assert "if (body >= 0 && run_generated_ewise(body, t, out, in, rank, n_in, shape, out_strides, in_strides)) return;" in src
+    assert src.count("__launch_bounds__") == 1  # the persistent kernel's own
+
+
+def test_call_arguments_follow_the_device_tir_order():
+    """TVM orders kernel parameters its own way (alphabetically); the body's declared order is the lowered
+    device PrimFunc's, and the call passes each logical argument at its place."""
+    body = tvm_ewise.device_body("sub(%1, %0)", 2, 2, BLOCK_THREADS)
+    names = [n for _, n in body.params]
+    assert names[:3] == ["in0", "in1", "out"] and set(names) >= {"begin", "end", "sessions", "dim1", "in1_stride0"}
+    meta = {"workers": 1, "sessions": 1, "n_counters": 1, "worker_tasks": [[0, 0]],
+            "ewise_bodies": [{"expr": "sub(%1, %0)", "rank": 2, "n_inputs": 2, "phases": ["p (wave.ewise)"]}]}
+    src = generate_kernel(meta)
+    call = src[src.index("      ewise_tvm_0(") : src.index("return true;")]
+    args = [a.strip() for a in call.removeprefix("      ewise_tvm_0(").rsplit(")", 1)[0].split(",\n")]
+    want = {"in0": "in[0].at(t.session_begin, 0)", "in1": "in[1].at(t.session_begin, 0)", "begin": "(int)t.elem_begin",
+            "dim1": "(int)shape[1]", "in1_stride0": "in_strides[2]", "out_stride1": "out_strides[1]",
+            "sessions": "(int)(t.session_end - t.session_begin)"}
+    for name, arg in zip(names, args):
+        if name in want:
+            assert arg == want[name], (name, arg)
+
+
+def test_a_body_tvm_cannot_build_falls_back_to_the_bytecode():
+    meta = {"workers": 1, "sessions": 1, "n_counters": 1, "worker_tasks": [[0, 0]],
+            "ewise_bodies": [{"expr": "add(%0, reciprocal(0.0))", "rank": 1, "n_inputs": 1, "phases": []},
+                             {"expr": "relu(%0)", "rank": 1, "n_inputs": 1, "phases": ["p (wave.ewise)"]}]}
+    src = generate_kernel(meta)
+    assert "// EWISE body 0: add(%0, reciprocal(0.0)): not generated (TVM raised InternalError)" in src
+    assert "ewise_tvm_0" not in src and "    case 1:  // relu(%0)" in src and "    case 0:  // add" not in src
+
+
+# ---- (b) the same PrimFunc on the CPU against eval_expr ------------------------------------------------
+
+
+def _all_functions_exprs() -> list[str]:
+    """Expressions that together apply every function of wavec.opcodes."""
+    un = list(UNARY)
+    pairs = [f"add({a}(%0), {b}(%0))" for a, b in zip(un[0::2], un[1::2])] + ([f"{un[-1]}(%0)"] if len(un) % 2 else [])
+    return pairs + [f"{n}(%0, %1)" for n in BINARY] + [f"{n}(%2, %0, %1)" for n in TERNARY]
+
+
+def _aligned(values: np.ndarray) -> np.ndarray:
+    """A copy of float32 ``values`` starting at a 64-byte boundary (DLPack import insists on it)."""
+    raw = np.empty(values.size + 16, np.float32)
+    shift = (-raw.ctypes.data % 64) // 4
+    out = raw[shift : shift + values.size]
+    out[:] = values
+    return out
+
+
+def _view(base: np.ndarray, mid: int):
+    """A tvm tensor over base[mid:] (mid a multiple of 16), sharing memory: indices below 0 reach back."""
+    return tvm.runtime.from_dlpack(base[mid:])
+
+
+def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng) -> None:
+    expr = parse_expr(expr_text)
+    shape = tuple(int(d) for d in rng.integers(1, 5, size=rank))
+    n = int(np.prod(shape, dtype=np.int64))
+    sessions = 3
+    begin = int(rng.integers(0, n))
+    end = int(rng.integers(begin + 1, n + 1))
+    # Output: contiguous per session, sessions apart by n + 5 (gaps must stay untouched).
+    out_strides = [int(s) for s in np.cumprod((1,) + shape[::-1])[:-1][::-1]]
+    out_sstride = n + 5
+    in_strides, in_sstrides, bases, mids = [], [], [], []
+    for k in range(n_inputs):
+        st = []
+        for d in range(rank):
+            kind = rng.integers(0, 3)  # 0: broadcast, 1: forward, 2: reversed
+            st.append(0 if kind == 0 else int(rng.integers(1, 7)) * (1 if kind == 1 else -1))
+        ss = int(rng.choice([0, 97, -97]))  # shared by sessions, or one slot per session either way
+        reach = sum(abs(s) * (d - 1) for s, d in zip(st, shape)) + abs(ss) * (sessions - 1)
+        mid = 16 * (reach // 16 + 1)
+        base = rng.uniform(-2.0, 2.0, size=2 * mid + 16).astype(np.float32)
+        if expr_text.startswith(("select", "not", "eq")):
+            base[rng.random(base.size) < 0.3] = 0.0  # the zero / equal branches too
+        in_strides.append(st), in_sstrides.append(ss), bases.append(_aligned(base)), mids.append(mid)
+    out_base = _aligned(np.full(sessions * out_sstride, 7.0, np.float32))
+
+    fn = tvm_ewise.cpu_function(expr, rank, n_inputs, BLOCK_THREADS)
+    fn(*[_view(b, m) for b, m in zip(bases, mids)], _view(out_base, 0), begin, end, sessions, *shape, *out_strides,
+       out_sstride, *[s for st in in_strides for s in st], *in_sstrides)
+
+    flat = np.arange(begin, end)
+    idx = np.unravel_index(flat, shape) if rank else ()
+    got, want = [], []
+    for s in range(sessions):
+        vals = []
+        for k in range(n_inputs):
+            off = mids[k] + s * in_sstrides[k] + sum(i * st for i, st in zip(idx, in_strides[k]))
+            vals.append(bases[k][np.asarray(off, np.int64) + np.zeros(len(flat), np.int64)])
+        want.append(np.broadcast_to(eval_expr(expr, vals), (len(flat),)))
+        oo = s * out_sstride + sum(i * st for i, st in zip(idx, out_strides)) + np.zeros(len(flat), np.int64)
+        got.append(out_base[oo])
+        untouched = np.ones(out_sstride, bool)
+        untouched[oo - s * out_sstride] = False
+        assert (out_base[s * out_sstride : (s + 1) * out_sstride][untouched] == 7.0).all(), "wrote outside the tile"
+    got, want = np.concatenate(got), np.concatenate(want)
+    with np.errstate(invalid="ignore"):
+        assert (np.isnan(got) == np.isnan(want)).all(), expr_text
+        ok = np.isnan(want) | (got == want) | (np.abs(got - want) <= 1e-6 * np.maximum(1.0, np.abs(want)))
+    assert ok.all(), f"{expr_text}: got {got[~ok][:4]} want {want[~ok][:4]}"
+
+
+def test_silero_bodies_match_eval_expr_on_the_cpu(silero):
+    rng = np.random.default_rng(3)
+    for b in silero.meta["ewise_bodies"]:
+        for _ in range(2):
+            _check_on_cpu(b["expr"], int(b["rank"]), int(b["n_inputs"]), rng)
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_every_function_matches_eval_expr_on_the_cpu(rank):
+    rng = np.random.default_rng(rank)
+    for text in _all_functions_exprs():
+        n_in = max(parse_expr(text).inputs()) + 1
+        _check_on_cpu(text, rank, n_in, rng)
+
+
+# ---- without TVM ------------------------------------------------------------------------------------------
+
+
+def test_without_tvm_every_ewise_task_runs_the_bytecode(monkeypatch):
+    with_tvm = _compile_tiny()
+    exprs = [b["expr"] for b in with_tvm.meta["ewise_bodies"]]
+    assert exprs == ["add(mul(sigmoid(%1), tanh(%2)), %0)", "%0"]  # the fused op, the output copy
+    assert all(p.body >= 0 for p in _ewise_blocks(with_tvm))
+
+    monkeypatch.setitem(sys.modules, "tvm", None)  # `import tvm` raises ImportError
+    assert not tvm_ewise.available()
+    profile = _compile_tiny()
+    assert profile.meta["ewise_bodies"] == [] and all(p.body == -1 for p in _ewise_blocks(profile))
+    assert "ewise_tvm_" not in profile.kernel_source
+    assert "EWISE bodies: none generated (apache-tvm was not importable at compile time)" in (
+        __import__("wavec.report", fromlist=["format_report"]).format_report(profile.report))
+    # A kernel generated without TVM from a profile that numbered bodies falls back to the bytecode.
+    src = generate_kernel(with_tvm.meta)
+    assert "apache-tvm was not importable where this kernel was generated" in src and "ewise_tvm_0" not in src
+
+    from wavec.verify import verify_profile
+
+    verify_profile(profile)
+    rng = np.random.default_rng(0)
+    frames = {k: rng.normal(size=(1, 3, *s)).astype(np.float32) for k, s in (("x", (4, 8)), ("y", (4, 8)), ("z", (8,)))}
+    reset = np.zeros((1, 3), bool)
+    a = profile.run(frames, backend="interp", reset=reset)["out"]
+    b = with_tvm.run(frames, backend="interp", reset=reset)["out"]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_verifier_rejects_a_body_index_naming_another_expression(silero):
+    from wavec.errors import VerificationError
+    from wavec.verify import verify_profile
+
+    rows = silero.payloads[silero.payloads["opcode"] == int(Opcode.EWISE)]
+    at = int(rows["params"][0])
+    p = unpack_params(silero.params, at)
+    other = next(i for i, b in enumerate(silero.meta["ewise_bodies"]) if i != p.body)
+    params = silero.params.copy()
+    params[at + len(p.pack()) - 1] = other
+    with pytest.raises(VerificationError, match=f"names generated body {other}"):
+        verify_profile(dataclasses.replace(silero, params=params))
+    params = params.copy()
+    params[at + len(p.pack()) - 1] = len(silero.meta["ewise_bodies"])
+    with pytest.raises(VerificationError, match="set the block's last word to -1"):
+        verify_profile(dataclasses.replace(silero, params=params))
