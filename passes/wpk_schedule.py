@@ -43,7 +43,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from wavec.analysis.cost import flops_per_element
 from wavec.dialects import wpk
-from wavec.opcodes import ELEM_BYTES, OUT, footprint, unpack_params
+from wavec.opcodes import ELEM_BYTES, OUT, footprint, footprint_size, unpack_params
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS
 
 TRACKED_ARENAS = ("state", "act", "output")  # the arenas tasks write; weights and input are read-only
@@ -101,14 +101,17 @@ def _footprints(tasks: list[_Task], buffers: dict[str, wpk.BufferOp], bases: dic
         for k, (name, elem_offset) in enumerate(slots):
             operand = OUT if k == n_in else k
             buf = buffers[name]
+            stride = buf.stride
+            arena = buf.arena.data
+            if arena not in bases:  # untracked (the weights): only its bytes count
+                nbytes += ELEM_BYTES * footprint_size(params, operand, e0, e1, n_in) * ((s1 - s0) if stride else 1)
+                continue
             fkey = (key, operand, e0, e1)
             rel = rel_cache.get(fkey)
             if rel is None:
                 rel = rel_cache[fkey] = np.unique(np.asarray(footprint(params, operand, e0, e1, n_in), np.int64))
-            stride = buf.stride
             nbytes += ELEM_BYTES * len(rel) * ((s1 - s0) if stride else 1)
-            arena = buf.arena.data
-            if arena not in bases or len(rel) == 0:
+            if len(rel) == 0:
                 continue
             start = bases[arena] + (buf.offset.value.data // ELEM_BYTES) + elem_offset
             sessions = np.arange(s0, s1, dtype=np.int64) if stride else np.zeros(1, np.int64)

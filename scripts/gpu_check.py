@@ -146,7 +146,7 @@ def check_profile(label: str, profile, args) -> dict:
 
 
 COLUMNS = [
-    ("profile", "profile", 28), ("sessions", "sess", 6), ("workers", "wk", 4), ("tasks", "tasks", 6), ("tvm", "tvm", 7),
+    ("profile", "profile", 28), ("sessions", "sess", 6), ("workers", "wk", 4), ("tasks", "tasks", 7), ("tvm", "tvm", 11),
     ("registers", "regs", 5), ("spill_bytes", "spill", 6), ("beat_min_us", "min_us", 8),
     ("beat_p50_us", "p50_us", 8), ("beat_p99_us", "p99_us", 8), ("trip_p50_us", "trip_us", 8),
     ("max_abs_err", "max_err", 10), ("generated_bits_equal", "genbits", 7), ("ok", "ok", 4),

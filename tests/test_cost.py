@@ -93,3 +93,68 @@ def test_costs_do_not_depend_on_tiling(workers):
         wave.output "y", %y : tensor<1x300xf32>
         """
     assert phase_costs(body, workers)["matmul"] == phase_costs(body, 1)["matmul"]
+
+
+def _enumerated_bytes(records, params_table) -> int:
+    """Bytes of one phase by brute force: every task's footprint enumerated, per session, merged."""
+    import numpy as np
+
+    from wavec.opcodes import OUT, footprint, unpack_params
+    from wavec.payload import operand_arena
+
+    touched: dict = {}
+    for rec in records:
+        params = unpack_params(params_table, int(rec["params"]))
+        sessions = np.arange(int(rec["session_begin"]), int(rec["session_end"]), dtype=np.int64)
+        for k in [*range(int(rec["n_inputs"])), OUT]:
+            elems = footprint(params, k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
+            stride = int(rec["session_stride"][k])
+            if stride:
+                elems = (sessions[:, None] * (1 << 32) + elems[None, :]).ravel()
+            touched.setdefault((operand_arena(rec, k), int(rec["offset"][k]), stride), []).append(elems)
+    return sum(4 * len(np.unique(np.concatenate(parts))) for parts in touched.values())
+
+
+def _compiled(model: str):
+    from wavec.driver import compile_graph
+
+    if model == "silero":
+        from wavec.frontends.onnx import import_onnx
+        from wavec.models import silero_vad_path
+
+        graph = import_onnx(silero_vad_path(), bindings={"sr": 16000}, frames={"input": 576},
+                            states=[("state", "stateN")])
+    else:
+        from wavec import zoo
+        from wavec.frontends.builder.lower import lower_model
+
+        graph = lower_model(zoo.get(model))
+    return compile_graph(graph, sessions=3, workers=5)
+
+
+@pytest.mark.parametrize("model", ["silero", "transformer:tiny", "mamba_hybrid:tiny", "codec_decoder:tiny"])
+def test_closed_form_bytes_equal_enumeration(model):
+    """phase_cost counts an operand's bytes in closed form from its whole-op view; brute force agrees."""
+    from wavec.analysis.cost import phase_cost
+
+    profile = _compiled(model)
+    start = 0
+    for phase in profile.meta["phases"]:
+        records = profile.payloads[start : start + phase["tasks"]]
+        start += phase["tasks"]
+        assert phase_cost(records, profile.params)[1] == _enumerated_bytes(records, profile.params), phase["name"]
+
+
+@pytest.mark.parametrize("model", ["silero", "transformer:tiny"])
+def test_footprint_size_counts_the_footprint(model):
+    """wpk-schedule counts untracked operands (the weights) with footprint_size; it equals the set's size."""
+    import numpy as np
+
+    from wavec.opcodes import OUT, footprint, footprint_size, unpack_params
+
+    profile = _compiled(model)
+    for rec in profile.payloads:
+        params = unpack_params(profile.params, int(rec["params"]))
+        e0, e1, n_in = int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"])
+        for k in [*range(n_in), OUT]:
+            assert footprint_size(params, k, e0, e1, n_in) == len(np.unique(footprint(params, k, e0, e1, n_in)))

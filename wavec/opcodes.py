@@ -643,3 +643,70 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
         per_w = params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
         return np.arange(per_w, dtype=np.int64)
     return np.arange(params.c_out, dtype=np.int64)
+
+
+def footprint_view(params: Params, operand: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The elements every output of one session touches in ``operand`` together (``footprint`` over the
+    whole iteration space), as a strided view (shape, strides) whose offsets are that set."""
+    if operand == OUT:
+        strides = params.out_strides if not isinstance(params, ConvParams) else contiguous_strides(params.shape)
+        return tuple(params.shape), tuple(strides)
+    if isinstance(params, EwiseParams):
+        return tuple(params.shape), tuple(params.in_strides[operand])
+    if isinstance(params, (MatmulParams, ConvParams)) and operand >= params.epilogue_slot:
+        ep = params.epilogue
+        return tuple(ep.shape), tuple(ep.strides[operand - params.epilogue_slot])
+    if isinstance(params, MatmulParams):
+        strides = (params.a_strides, params.b_strides, *params.prologue.strides)[operand]
+        return (*params.shape, params.k), tuple(strides)
+    if isinstance(params, ReduceParams):
+        return (*params.shape, *params.rshape), (*params.in_strides, *params.rstrides)
+    if operand == 0:
+        return (params.batch * params.c_in * int(np.prod(params.in_sp, dtype=np.int64)),), (1,)
+    if operand == 1:
+        return (params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64)),), (1,)
+    return (params.c_out,), (1,)
+
+
+def distinct_offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """How many distinct element offsets a strided view covers. Closed form (the product of the extents
+    of its non-broadcast axes) when no two index points alias: sorted by |stride|, each axis steps past
+    everything the smaller ones span. Otherwise (sliding windows) it enumerates them."""
+    if any(d == 0 for d in shape):
+        return 0
+    axes = sorted((abs(st), d) for d, st in zip(shape, strides) if d > 1 and st != 0)
+    span = 0
+    for stride, extent in axes:
+        if stride <= span:
+            return len(np.unique(view_offsets(tuple(shape), tuple(strides), 0, int(np.prod(shape, dtype=np.int64)))))
+        span += (extent - 1) * stride
+    return int(np.prod([d for _, d in axes], dtype=np.int64))
+
+
+def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs: int) -> int:
+    """How many distinct elements ``footprint(...)`` holds, without enumerating a matmul or reduce
+    operand's row x k sum set when no two of its points alias (one set's points spaced wider than the
+    other spans): schedulers need the count of every operand, the set only of the operands they track."""
+    outer = None
+    if isinstance(params, MatmulParams) and operand < params.epilogue_slot:
+        strides = (params.a_strides, params.b_strides, *params.prologue.strides)[operand]
+        outer = (params.shape, strides[:-1], (params.k,), strides[-1:])
+    elif isinstance(params, ReduceParams) and operand != OUT:
+        outer = (params.shape, params.in_strides, params.rshape, params.rstrides)
+    if outer is None:
+        return len(np.unique(footprint(params, operand, begin, end, n_inputs)))
+    shape, row_strides, inner_shape, inner_strides = outer
+    rows = np.unique(view_offsets(tuple(shape), tuple(row_strides), begin, end))
+    inner = view_offsets(tuple(inner_shape), tuple(inner_strides), 0, int(np.prod(inner_shape, dtype=np.int64)))
+    inner = np.unique(inner)
+    if _sums_are_distinct(rows, inner) or _sums_are_distinct(inner, rows):
+        return len(rows) * len(inner)
+    return len(footprint(params, operand, begin, end, n_inputs))
+
+
+def _sums_are_distinct(coarse: np.ndarray, fine: np.ndarray) -> bool:
+    """Whether every a + b (a in ``coarse``, b in ``fine``, both sorted and distinct) is distinct: the
+    coarse points are spaced wider than the fine set spans."""
+    if len(coarse) < 2 or len(fine) < 2:
+        return True
+    return int(np.diff(coarse).min()) > int(fine[-1] - fine[0])

@@ -91,8 +91,7 @@ def resolve(init, name: str, shape: tuple[int, ...], dtype: str, seed: int, scal
         init = 0.0 if init == "zeros" else 1.0
     if isinstance(init, (int, float)) and not isinstance(init, bool):
         value = float(init if dtype == "fp32" else wweights.round_to_bf16(np.float32(init)).item())
-        constant = getattr(wweights, "ConstantWeight", None)
-        return constant(shape, value) if constant is not None else np.full(shape, np.float32(value))
+        return wweights.ConstantWeight(shape, value)
     if isinstance(init, FileTensor):
         array = init.load(name)
     elif isinstance(init, np.ndarray):

@@ -12,8 +12,8 @@ operand becomes a literal or a ``wave.weight``). How the high-level ops map:
 - ssm_step: decay and input terms as ewise with broadcasting, y = h' @ c as a batched matmul;
 - ring_write: select(eq(iota, fmod(pos, C)), new, cache); attention: q K^T per kv head group as a
   batched matmul of two runtime operands, a mask select(le(iota, pos), s, -1e30), softmax, @ V.
-Weights keep their specs (RandomWeight etc.) in the blob; nothing is materialized here (see
-``blob_value``).
+Weights keep their specs (wavec.weights.RandomWeight, ConstantWeight) in the blob; nothing is
+materialized here: the interpreter and the CUDA runtime generate them where they run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Region
 
-from wavec import weights as wweights
 from wavec.dialects import wave
 from wavec.errors import BuilderError
 from wavec.frontends.builder.model import Model, Node, Tensor
@@ -45,18 +44,6 @@ WAVE_EXPR = {
     "softplus": "softplus(%0)", "sin": "sin(%0)", "cos": "cos(%0)",
     "where": "select(%0, %1, %2)",
 }
-
-
-# The one place random and constant specs meet the emitter. The emitter takes wavec.weights'
-# GeneratedWeight specs (RandomWeight, ConstantWeight) in the blob when that support is present; until
-# it is, they are materialized here, and only here.
-EMITTER_TAKES_SPECS = hasattr(wweights, "GeneratedWeight")
-
-
-def blob_value(value):
-    if EMITTER_TAKES_SPECS or isinstance(value, np.ndarray):
-        return value
-    return value.materialize()  # TEMPORARY: until the emitter accepts GeneratedWeight specs
 
 
 @dataclass
@@ -141,7 +128,7 @@ class _Lowering:
         b.append(func.ReturnOp())
         _drop_dead_ops(b.block)
         used = {op.sym for op in b.block.ops if isinstance(op, (wave.WeightOp, wave.StateOp))}
-        weights = {k: blob_value(v) for k, v in b.weights.items() if v is not None and k in used}
+        weights = {k: v for k, v in b.weights.items() if v is not None and k in used}
         module = ModuleOp([func.FuncOp(m.name, ([], []), Region([b.block]))])
         return BuiltGraph(module, weights, m.name, {})
 

@@ -11,7 +11,18 @@ import math
 
 import numpy as np
 
-from wavec.opcodes import OUT, ConvParams, EwiseParams, Insn, MatmulParams, decode_insn, footprint, unpack_params
+from wavec.opcodes import (
+    OUT,
+    ConvParams,
+    EwiseParams,
+    Insn,
+    MatmulParams,
+    decode_insn,
+    distinct_offsets,
+    footprint,
+    footprint_view,
+    unpack_params,
+)
 from wavec.payload import operand_arena
 
 
@@ -40,17 +51,45 @@ def phase_cost(records: np.ndarray, params_table: np.ndarray) -> tuple[int, int]
     """(FLOPs, bytes) of the tasks of one phase for one beat of the whole cohort. An element two tiles
     read (a matmul row split over output tiles) counts once: the op's traffic, whatever its tiling."""
     flops = 0
-    touched: dict[tuple[int, int, int], list[np.ndarray]] = {}
+    params_at: dict[int, object] = {}
+    users: dict[tuple[int, int, int], list[tuple[np.void, int, int]]] = {}
     for rec in records:
-        params = unpack_params(params_table, int(rec["params"]))
+        at = int(rec["params"])
+        params = params_at.get(at) or params_at.setdefault(at, unpack_params(params_table, at))
         flops += task_flops(rec, params)
-        sessions = np.arange(int(rec["session_begin"]), int(rec["session_end"]), dtype=np.int64)
         for k in [*range(int(rec["n_inputs"])), OUT]:
-            elems = footprint(params, k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
-            stride = int(rec["session_stride"][k])
-            key = (operand_arena(rec, k), int(rec["offset"][k]), stride)
-            if stride:  # one row per session; shared operands count once for the cohort
-                elems = (sessions[:, None] * (1 << 32) + elems[None, :]).ravel()
-            touched.setdefault(key, []).append(elems)
-    nbytes = sum(4 * len(np.unique(np.concatenate(parts))) for parts in touched.values())
+            key = (operand_arena(rec, k), int(rec["offset"][k]), int(rec["session_stride"][k]))
+            users.setdefault(key, []).append((rec, at, k))
+    nbytes = sum(4 * _distinct_touched(group, params_at, key[2] != 0) for key, group in users.items())
     return flops, nbytes
+
+
+def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, per_session: bool) -> int:
+    """Distinct elements that the tasks of ``group`` touch in one operand location, over the cohort. When
+    one parameter block's tiles cover its whole iteration space (the usual phase), that is the operand's
+    whole-op footprint (closed form); otherwise the footprints are enumerated and merged."""
+    blocks = {(at, k) for _, at, k in group}
+    if len(blocks) == 1:
+        (at, k), = blocks
+        params = params_at[at]
+        covered = _covered_sessions(group, params.n_elems)
+        if covered is not None:
+            return distinct_offsets(*footprint_view(params, k)) * (covered if per_session else 1)
+    parts = []
+    for rec, at, k in group:
+        elems = footprint(params_at[at], k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
+        if per_session:  # one row per session; shared operands count once for the cohort
+            sessions = np.arange(int(rec["session_begin"]), int(rec["session_end"]), dtype=np.int64)
+            elems = (sessions[:, None] * (1 << 32) + elems[None, :]).ravel()
+        parts.append(elems)
+    return len(np.unique(np.concatenate(parts)))
+
+
+def _covered_sessions(group: list[tuple[np.void, int, int]], n_elems: int) -> int | None:
+    """The number of sessions whose every element ``[0, n_elems)`` the tiles of ``group`` cover (tiles of
+    one phase never overlap), or None when they leave a hole."""
+    sessions = {(int(r["session_begin"]), int(r["session_end"])) for r, _, _ in group}
+    first, last = min(b for b, _ in sessions), max(e for _, e in sessions)
+    area = sum((int(r["session_end"]) - int(r["session_begin"])) * (int(r["elem_end"]) - int(r["elem_begin"]))
+               for r, _, _ in group)
+    return last - first if area == (last - first) * n_elems else None

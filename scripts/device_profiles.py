@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Compiles the profiles the GPU machine checks (it has no xDSL, so they are built here and carried).
+
+    python3 scripts/device_profiles.py [--out .device] [--sessions 1 64 1024] [--zoo-sessions 8]
+
+Writes, under --out:
+- ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
+- ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
+- ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights).
+Also copies the Silero ONNX file there (the GPU machine reaches no registry; set WAVEC_CACHE to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def silero_graph():
+    from wavec.frontends.onnx import import_onnx
+    from wavec.models import silero_vad_path
+
+    return import_onnx(silero_vad_path(), bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")])
+
+
+def barrier_pipeline(sessions: int) -> str:
+    from wavec.driver import default_pipeline
+    from wavec.hw import load_hw
+
+    spec = default_pipeline(sessions, int(load_hw("h200")["sm_count"]))
+    return spec.replace("wpk-schedule{", "wpk-schedule{granularity=phase ", 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / ".device")
+    ap.add_argument("--sessions", type=int, nargs="*", default=[1, 64, 1024])
+    ap.add_argument("--zoo-sessions", type=int, default=8)
+    args = ap.parse_args(argv)
+    from wavec import zoo
+    from wavec.driver import compile_graph
+    from wavec.frontends.builder.lower import lower_model
+    from wavec.models import silero_vad_path
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(silero_vad_path(), args.out / Path(silero_vad_path()).name)
+    jobs = []
+    for n in args.sessions:
+        jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
+        jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=barrier_pipeline(n))))
+    for name in [n for n in zoo.names() if n.endswith(":tiny")]:
+        jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
+                                                                                 sessions=args.zoo_sessions)))
+    for label, make in jobs:
+        t0 = time.perf_counter()
+        profile = make()
+        profile.save(args.out / label)
+        print(f"{label:>24}: {len(profile.payloads):7d} tasks  {time.perf_counter() - t0:6.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
