@@ -90,17 +90,19 @@ class RandomWeight:
 
     def materialize(self) -> np.ndarray:
         """The float32 array, bit-identical to what the device generates."""
-        out = np.empty(self.size, np.float32)
+        return self.flat_values(0, self.size).reshape(self.shape)
+
+    def flat_values(self, start: int, stop: int) -> np.ndarray:
+        """Flat elements ``[start, stop)`` (float32), without generating the others."""
+        out = np.empty(stop - start, np.float32)
         key = _lowbias32(np.array([self.seed], np.uint32))[0]
         scale = np.float32(self.scale)
-        for start in range(0, self.size, _CHUNK):
-            index = np.arange(start, min(start + _CHUNK, self.size), dtype=np.uint32)
+        for at in range(start, stop, _CHUNK):
+            index = np.arange(at, min(at + _CHUNK, stop), dtype=np.uint32)
             h = _lowbias32(index ^ key)
             u = (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-23) - np.float32(1.0)
-            out[start : start + len(index)] = u * scale
-        if self.precision == "bf16":
-            out = round_to_bf16(out)
-        return out.reshape(self.shape)
+            out[at - start : at - start + len(index)] = u * scale
+        return round_to_bf16(out) if self.precision == "bf16" else out
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ class ConstantWeight:
 
     def materialize(self) -> np.ndarray:
         return np.full(self.shape, np.float32(self.value), np.float32)
+
+    def flat_values(self, start: int, stop: int) -> np.ndarray:
+        return np.full(stop - start, np.float32(self.value), np.float32)
 
 
 GeneratedWeight = RandomWeight | ConstantWeight

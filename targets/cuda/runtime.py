@@ -343,11 +343,16 @@ class CudaSession:
         check(cu.cuMemcpyDtoH(out.ctypes.data, self._dev["trace"], out.nbytes), "read trace")
         return out
 
-    def read_weights(self) -> np.ndarray:
-        """The device's weights arena (uint8), generated weights included: what the kernel reads."""
+    def read_weights(self, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
+        """Bytes ``[offset, offset + nbytes)`` of the device's weights arena (uint8; default: all of it),
+        generated weights included: what the kernel reads."""
         cu = driver()
-        out = np.zeros(int(self.meta["arena_bytes"]["weights"]), np.uint8)
-        check(cu.cuMemcpyDtoH(out.ctypes.data, self._dev["weights"], out.nbytes), "read weights")
+        total = int(self.meta["arena_bytes"]["weights"])
+        nbytes = total - offset if nbytes is None else nbytes
+        if not (0 <= offset and 0 <= nbytes and offset + nbytes <= total):
+            raise RuntimeBackendError(f"read_weights: [{offset}, {offset + nbytes}) is outside the {total}-byte weights arena")
+        out = np.zeros(nbytes, np.uint8)
+        check(cu.cuMemcpyDtoH(out.ctypes.data, self._dev["weights"] + offset, out.nbytes), "read weights")
         return out
 
     # ---- beats ----------------------------------------------------------------------------------------
