@@ -119,7 +119,7 @@ def kernel_for(profile, bytecode: bool) -> str:
 
 
 def check_profile(label: str, profile, args) -> dict:
-    from wavec.targets.cuda import runtime
+    from wavec.targets.cuda import codegen, runtime
     from wavec.targets.cuda.build import build_cubin, build_report
     from wavec.targets.interp import run_beats as interp_run
 
@@ -131,6 +131,8 @@ def check_profile(label: str, profile, args) -> dict:
     cubin = build_cubin(source)
     row["build_s"] = round(time.perf_counter() - t0, 2)
     report = build_report(cubin)
+    entry = report.find(f"Compiling entry function '{codegen.KERNEL_NAME}'")
+    report = report[entry:] if entry >= 0 else report  # the persistent kernel's lines, not the fill kernel's
     regs = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     stack = re.search(r"(\d+) bytes stack frame", report)

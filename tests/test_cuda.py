@@ -242,9 +242,10 @@ def ptxas_compile(tmp_path, src: str) -> str:
 def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path):
     report = ptxas_compile(tmp_path, generate_kernel(build_test_profile()[0].meta))
     assert "warning" not in report.lower(), report
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert spills and spills.groups() == ("0", "0"), report
-    regs = int(re.search(r"Used (\d+) registers", report).group(1))
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert len(spills) == 2 and set(spills) == {("0", "0")}, report  # the persistent and the fill kernel
+    persistent = report[report.index(f"Compiling entry function '{codegen.KERNEL_NAME}'"):]
+    regs = int(re.search(r"Used (\d+) registers", persistent).group(1))
     assert regs <= 255, report  # __launch_bounds__(256, 1): one block per SM
 
 
