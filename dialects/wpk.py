@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntegerAttr, StringAttr, i32, i64
+import numpy as np
+from xdsl.dialects.builtin import ArrayAttr, BytesAttr, DenseArrayBase, IntegerAttr, StringAttr, i32, i64
 from xdsl.ir import Dialect, Region
 from xdsl.irdl import (
     IRDLOperation,
@@ -43,7 +45,22 @@ def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
 
 
 def _i64s(values: Sequence[int]) -> DenseArrayBase:
-    return DenseArrayBase.from_list(i64, [int(v) for v in values])
+    return DenseArrayBase(i64, BytesAttr(struct.pack(f"<{len(values)}q", *values)))
+
+
+# Attributes are immutable: the few distinct small ones (tile bounds, worker numbers, counters) are made
+# once and shared by the hundreds of thousands of tasks of a large cohort.
+_SMALL: dict = {}
+
+
+def _shared(kind: str, value):
+    key = (kind, value)
+    attr = _SMALL.get(key)
+    if attr is None:
+        if len(_SMALL) > 1 << 20:
+            _SMALL.clear()
+        attr = _SMALL[key] = IntegerAttr(value, i64) if kind == "int" else _i64s(value)
+    return attr
 
 
 @irdl_op_definition
@@ -151,18 +168,28 @@ class TaskOp(IRDLOperation):
 
     def __init__(self, opcode: str, inputs: Sequence[tuple[str, int]], output: tuple[str, int],
                  sessions: tuple[int, int], elems: tuple[int, int], params: Sequence[int]):
-        super().__init__(
-            properties={
-                "opcode": StringAttr(opcode),
-                "inputs": ArrayAttr([StringAttr(n) for n, _ in inputs]),
-                "input_offsets": _i64s([o for _, o in inputs]),
-                "output": StringAttr(output[0]),
-                "output_offset": IntegerAttr(output[1], i64),
-                "sessions": _i64s(sessions),
-                "elems": _i64s(elems),
-                "params": _i64s(params),
-            }
-        )
+        super().__init__(properties={**TaskOp.operand_properties(opcode, inputs, output, params),
+                                     "sessions": _i64s(sessions), "elems": _i64s(elems)})
+
+    @staticmethod
+    def operand_properties(opcode: str, inputs: Sequence[tuple[str, int]], output: tuple[str, int],
+                           params: Sequence[int]) -> dict:
+        """The properties every tile of one op shares (all but ``sessions`` and ``elems``)."""
+        return {
+            "opcode": StringAttr(opcode),
+            "inputs": ArrayAttr([StringAttr(n) for n, _ in inputs]),
+            "input_offsets": _i64s([o for _, o in inputs]),
+            "output": StringAttr(output[0]),
+            "output_offset": IntegerAttr(output[1], i64),
+            "params": _i64s(params),
+        }
+
+    @classmethod
+    def tile(cls, shared: dict, sessions: tuple[int, int], elems: tuple[int, int]) -> "TaskOp":
+        """One tile of an op whose other properties are ``shared`` (``operand_properties``): the attributes
+        are shared, not copied, so a phase of many tiles costs one small op per tile (no re-verification
+        here: the module's verify() checks every task)."""
+        return cls.create(properties={**shared, "sessions": _shared("i64s", sessions), "elems": _shared("i64s", elems)})
 
     # Accessors that give plain Python values, so passes read like the record they build.
     @property
@@ -192,11 +219,11 @@ class TaskOp(IRDLOperation):
 
     def set_schedule(self, worker: int, order: int, waits: Sequence[tuple[int, int]], signal: int,
                      signal_phase: int = 0) -> None:
-        self.properties["worker"] = IntegerAttr(worker, i64)
-        self.properties["order"] = IntegerAttr(order, i64)
-        self.properties["waits"] = _i64s([x for pair in waits for x in pair])
-        self.properties["signal"] = IntegerAttr(signal, i64)
-        self.properties["signal_phase"] = IntegerAttr(signal_phase, i64)
+        self.properties["worker"] = _shared("int", int(worker))
+        self.properties["order"] = _shared("int", int(order))
+        self.properties["waits"] = _shared("i64s", tuple(int(x) for pair in waits for x in pair))
+        self.properties["signal"] = _shared("int", int(signal))
+        self.properties["signal_phase"] = _shared("int", int(signal_phase))
 
     @property
     def signals(self) -> list[int]:
@@ -210,7 +237,7 @@ class TaskOp(IRDLOperation):
         self.properties["params"] = _i64s(words)
 
     def set_payload(self, words: Sequence[int]) -> None:
-        self.properties["payload"] = DenseArrayBase.from_list(i32, [int(w) for w in words])
+        self.properties["payload"] = DenseArrayBase(i32, BytesAttr(np.asarray(words, "<i4").tobytes()))
 
     def verify_(self) -> None:
         if self.opcode.data not in OPCODE_NAMES:

@@ -148,10 +148,9 @@ class _Lowering:
             if params.n_elems == 0:  # an empty tensor: nothing to compute, no task
                 continue
             min_elems = max(self.min_elems, self.min_work // max(1, flops_per_element(params)))
+            shared = wpk.TaskOp.operand_properties(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), words)
             for s0, s1, e0, e1 in tiles(sessions, params.n_elems, self.workers, min_elems):
-                tasks.append(
-                    wpk.TaskOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), (s0, s1), (e0, e1), words)
-                )
+                tasks.append(wpk.TaskOp.tile(shared, (s0, s1), (e0, e1)))
         return wpk.PhaseOp(name, op, tasks)
 
     def ewise_part(self, expr: str, ins: list[Loc], out: Loc, shape: tuple[int, ...]) -> tuple:

@@ -42,9 +42,11 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from wavec.analysis.cost import flops_per_element
+from wavec.analysis.task_parts import TaskParts
 from wavec.dialects import wpk
-from wavec.opcodes import ELEM_BYTES, OUT, footprint, footprint_size, unpack_params
+from wavec.opcodes import ELEM_BYTES, OUT, footprint, footprint_size
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS
+from wavec.progress import current as current_progress
 
 TRACKED_ARENAS = ("state", "act", "output")  # the arenas tasks write; weights and input are read-only
 
@@ -63,6 +65,7 @@ class _Task:
     index: int  # program order
     phase: int
     group: int = -1  # global group id
+    sessions: tuple[int, int] = (0, 0)
     reads: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # tracked words
     writes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flops: int = 0
@@ -81,54 +84,63 @@ class _Counter:
     index: int = -1  # counter number once allocated
 
 
-def _footprints(tasks: list[_Task], buffers: dict[str, wpk.BufferOp], bases: dict[str, int]) -> None:
-    """Fills each task's tracked read and write words (a global word space over TRACKED_ARENAS) and its
-    FLOPs and bytes."""
-    cache: dict = {}
-    rel_cache: dict = {}
-    for t in tasks:
-        op = t.op
-        words = np.array(op.param_words, np.int64)
-        key = tuple(op.param_words)
-        params = cache.get(key)
-        if params is None:
-            params = cache[key] = unpack_params(words, 0)
-        s0, s1 = op.session_range
-        e0, e1 = op.elem_range
-        n_in = len(op.input_names)
-        slots = [*zip(op.input_names, op.operand_offsets), (op.output.data, op.output_offset.value.data)]
+def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
+    """A function filling a task's tracked read and write words (a global word space over TRACKED_ARENAS;
+    a word two operands read may appear twice) and its FLOPs and bytes. The word arrays of a large cohort
+    do not fit in memory all at once: `_dependencies` fills a phase's tasks, uses and drops them."""
+    parts = TaskParts()
+    rel_cache: dict = {}  # (part, operand, element range) -> distinct relative elements, or their count
+    layout = {name: (buf.stride, buf.arena.data, buf.offset.value.data if buf.offset is not None else 0)
+              for name, buf in buffers.items()}
+    empty = np.zeros(0, np.int64)
+
+    def fill(t: _Task) -> None:
+        part = parts.part(t.op)
+        params = part.params
+        s0, s1, e0, e1 = parts.bounds(t.op)
+        n_in = part.n_inputs
         reads, writes, nbytes = [], [], 0
-        for k, (name, elem_offset) in enumerate(slots):
-            operand = OUT if k == n_in else k
-            buf = buffers[name]
-            stride = buf.stride
-            arena = buf.arena.data
+        for operand, name, elem_offset in part.slots:
+            stride, arena, offset = layout[name]
+            fkey = (part.words, operand, e0, e1)  # relative sets depend on the parameter block only
             if arena not in bases:  # untracked (the weights): only its bytes count
-                nbytes += ELEM_BYTES * footprint_size(params, operand, e0, e1, n_in) * ((s1 - s0) if stride else 1)
+                size = rel_cache.get((None, *fkey))
+                if size is None:
+                    size = rel_cache[(None, *fkey)] = footprint_size(params, operand, e0, e1, n_in)
+                nbytes += ELEM_BYTES * size * ((s1 - s0) if stride else 1)
                 continue
-            fkey = (key, operand, e0, e1)
             rel = rel_cache.get(fkey)
             if rel is None:
                 rel = rel_cache[fkey] = np.unique(np.asarray(footprint(params, operand, e0, e1, n_in), np.int64))
             nbytes += ELEM_BYTES * len(rel) * ((s1 - s0) if stride else 1)
             if len(rel) == 0:
                 continue
-            start = bases[arena] + (buf.offset.value.data // ELEM_BYTES) + elem_offset
-            sessions = np.arange(s0, s1, dtype=np.int64) if stride else np.zeros(1, np.int64)
-            w = (start + sessions * (stride // ELEM_BYTES))[:, None] + rel[None, :]
-            (writes if operand == OUT else reads).append(w.ravel())
-        t.reads = np.unique(np.concatenate(reads)) if reads else np.zeros(0, np.int64)
-        t.writes = np.unique(np.concatenate(writes)) if writes else np.zeros(0, np.int64)
+            start = bases[arena] + (offset // ELEM_BYTES) + elem_offset
+            if stride and s1 - s0 > 1:
+                w = (start + np.arange(s0, s1, dtype=np.int64) * (stride // ELEM_BYTES))[:, None] + rel[None, :]
+                w = w.ravel()
+            else:
+                w = rel + (start + s0 * (stride // ELEM_BYTES))
+            (writes if operand == OUT else reads).append(w)
+        t.reads = (reads[0] if len(reads) == 1 else np.concatenate(reads)) if reads else empty
+        t.writes = (writes[0] if len(writes) == 1 else np.concatenate(writes)) if writes else empty
         t.flops = (s1 - s0) * (e1 - e0) * flops_per_element(params)
         t.nbytes = nbytes
+        t.sessions = (s0, s1)
+
+    return fill
 
 
-def _dependencies(tasks: list[_Task], phases: list[list[int]], n_words: int) -> None:
-    """Direct RAW, WAW and WAR predecessors of every task, in program order."""
+def _dependencies(tasks: list[_Task], phases: list[list[int]], n_words: int, fill) -> None:
+    """Direct RAW, WAW and WAR predecessors of every task, in program order; ``fill(task)`` gives a task
+    its words (dropped again once its phase is done)."""
     last_writer = np.full(n_words, -1, np.int64)
     log_task = np.zeros(0, np.int64)  # reads since the last write of their word
     log_word = np.zeros(0, np.int64)
-    for members in phases:
+    empty = np.zeros(0, np.int64)
+    for members in current_progress().iterate(phases, unit="phases"):
+        for i in members:
+            fill(tasks[i])
         order = np.argsort(log_word, kind="stable")
         sorted_words, sorted_tasks = log_word[order], log_task[order]
         for i in members:
@@ -158,6 +170,8 @@ def _dependencies(tasks: list[_Task], phases: list[list[int]], n_words: int) -> 
         fresh = ~written[nw]
         log_word = np.concatenate([log_word[keep], nw[fresh]])
         log_task = np.concatenate([log_task[keep], nt[fresh]])
+        for i in members:
+            tasks[i].reads = tasks[i].writes = empty
 
 
 def _bits(indices) -> int:
@@ -284,8 +298,7 @@ class WpkSchedule(ModulePass):
             phases.append(members)
         if self.granularity not in ("tile", "phase"):
             raise PassFailedException(f"wpk-schedule: granularity must be tile or phase, got {self.granularity!r}")
-        _footprints(tasks, buffers, bases)
-        _dependencies(tasks, phases, total)
+        _dependencies(tasks, phases, total, _footprints(buffers, bases))
         if self.granularity == "phase":
             _barrier_per_phase(tasks, phases)
         for t in tasks:
@@ -298,7 +311,7 @@ class WpkSchedule(ModulePass):
         for p, members in enumerate(phases):
             by_range: dict[tuple[int, int], list[int]] = {}
             for i in members:
-                by_range.setdefault(tasks[i].op.session_range, []).append(i)
+                by_range.setdefault(tasks[i].sessions, []).append(i)
             ids = []
             for rng in sorted(by_range):
                 c = len(counters)

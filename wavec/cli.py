@@ -161,13 +161,19 @@ def cmd_compile(args) -> int:
 
     check_save_target(Path(args.output), "profile")  # before compiling: fail fast on a target we would refuse
     dumps = {"*"} if args.print_ir_after_all else set(args.print_ir_after)
-    if zoo_model is not None:
-        profile = compile_graph(zoo_model.lower(), sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                                print_ir_after=dumps)
-    else:
-        profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                                print_ir_after=dumps, **options)
-    out = profile.save(args.output)
+    from wavec import progress
+
+    with progress.using(progress.for_cli(args.progress)) as shown:
+        if zoo_model is not None:
+            with shown.stage("build"):
+                graph = zoo_model.lower()
+            profile = compile_graph(graph, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
+                                    print_ir_after=dumps)
+        else:
+            profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
+                                    print_ir_after=dumps, **options)
+        with shown.stage("save"):
+            out = profile.save(args.output)
     print(f"wrote {out}: {len(profile.payloads)} tasks, {len(profile.meta['phases'])} phases, "
           f"{profile.sessions} sessions")
     return 0
@@ -337,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
                    help="print the IR after this pass (stderr); repeatable")
     p.add_argument("-o", "--output", required=True, help="profile directory to write")
+    p.add_argument("--progress", action="store_true",
+                   help="show each stage's time and a progress bar on stderr (default: only when stderr is a terminal)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("import", help="print the frontend's wave IR of an ONNX model or a zoo model NAME:PRESET "

@@ -17,6 +17,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from wavec.errors import WavecError
 from wavec.hw import load_hw
 from wavec.profile import Profile
+from wavec.progress import current as current_progress
 from wavec.registry import get_all_passes, make_context
 
 
@@ -82,8 +83,9 @@ def run_pipeline(module, spec: str, print_ir_after: set[str] | None = None) -> N
             raise WavecError(f"--print-ir-after {', '.join(sorted(unknown))}: not in the pipeline {spec!r}")
         pipeline = PassPipeline(pipeline.passes, ir_dump_callback(print_ir_after))
     try:
-        pipeline.apply(ctx, module)
-        module.verify()
+        _apply_with_progress(pipeline, ctx, module)
+        with current_progress().stage("verify-ir"):
+            module.verify()
     except DiagnosticException as e:
         raise WavecError(str(e).strip().splitlines()[0] if str(e).strip() else repr(e)) from e
     except WavecError:
@@ -93,6 +95,18 @@ def run_pipeline(module, spec: str, print_ir_after: set[str] | None = None) -> N
             f"pipeline {spec!r} failed ({type(e).__name__}: {_one_line(e)}); passes must run in the default order: "
             f"{', '.join(['wave-fuse', *REQUIRED_PASSES, 'wpk-verify'])}"
         ) from e
+
+
+def _apply_with_progress(pipeline: PassPipeline, ctx, module) -> None:
+    """PassPipeline.apply, each pass inside a progress stage (wavec.progress) named as the pass."""
+    callback = pipeline.callback
+    if callback is not None:
+        callback(None, module, pipeline.passes[0] if pipeline.passes else None)
+    for i, p in enumerate(pipeline.passes):
+        with current_progress().stage(p.name):
+            p.apply(ctx, module)
+        if callback is not None:
+            callback(p, module, pipeline.passes[i + 1] if i + 1 < len(pipeline.passes) else None)
 
 
 def check_pipeline_sessions(spec: str, sessions: int) -> None:
@@ -184,7 +198,11 @@ def finish_profile(module, weights, name: str, hw: str, bindings: dict) -> Profi
     from wavec.report import build_report
     from wavec.targets.cuda.codegen import generate_kernel
 
-    profile = profile_from_module(module, weights, model=name, hw=hw, bindings=bindings)
-    profile.kernel_source = generate_kernel(profile.meta)
-    profile.report = build_report(profile)
+    progress = current_progress()
+    with progress.stage("emit"):
+        profile = profile_from_module(module, weights, model=name, hw=hw, bindings=bindings)
+    with progress.stage("codegen"):
+        profile.kernel_source = generate_kernel(profile.meta)
+    with progress.stage("report"):
+        profile.report = build_report(profile)
     return profile

@@ -628,12 +628,12 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
         return view_offsets(ep.shape, ep.strides[operand - params.epilogue_slot], begin, end)
     if isinstance(params, MatmulParams):  # a, b, or a prologue's extra input (read like a: per output and k)
         strides = (params.a_strides, params.b_strides, *params.prologue.strides)[operand]
-        rows = view_offsets(params.shape, strides[:-1], begin, end)
-        return np.unique(rows[:, None] + np.arange(params.k, dtype=np.int64)[None, :] * strides[-1])
+        rows = np.unique(view_offsets(params.shape, strides[:-1], begin, end))  # outputs of one row share it
+        return _sum_set(rows, np.unique(np.arange(params.k, dtype=np.int64) * strides[-1]))
     if isinstance(params, ReduceParams):
-        rows = view_offsets(params.shape, params.in_strides, begin, end)
-        red = view_offsets(params.rshape, params.rstrides, 0, int(np.prod(params.rshape, dtype=np.int64)))
-        return np.unique(rows[:, None] + red[None, :])
+        rows = np.unique(view_offsets(params.shape, params.in_strides, begin, end))
+        red = np.unique(view_offsets(params.rshape, params.rstrides, 0, int(np.prod(params.rshape, dtype=np.int64))))
+        return _sum_set(rows, red)
     if operand == 0:  # conv x: the images of the batch rows in the tile
         per_out = params.n_elems // params.batch
         per_in = params.c_in * int(np.prod(params.in_sp, dtype=np.int64))
@@ -643,6 +643,18 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
         per_w = params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
         return np.arange(per_w, dtype=np.int64)
     return np.arange(params.c_out, dtype=np.int64)
+
+
+def _sum_set(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sorted distinct sums a + b of two sorted distinct sets; no sort when the sums cannot alias
+    (the coarser set's points are spaced wider than the finer one spans)."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros(0, np.int64)
+    if _sums_are_distinct(a, b):
+        return (a[:, None] + b[None, :]).ravel()
+    if _sums_are_distinct(b, a):
+        return (b[:, None] + a[None, :]).ravel()
+    return np.unique(a[:, None] + b[None, :])
 
 
 def footprint_view(params: Params, operand: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

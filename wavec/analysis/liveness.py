@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wavec.opcodes import ELEM_BYTES, OUT, footprint, unpack_params
+from wavec.analysis.task_parts import TaskParts
+from wavec.opcodes import ELEM_BYTES, footprint
 
 GRANULARITIES = ("op", "tile")
 MAX_SEGMENTS = 64  # per buffer; more runs are merged into this many chunks
@@ -33,9 +34,10 @@ Segment = tuple[int, int, int, int]  # begin byte, end byte, first phase, last p
 def live_ranges(phases) -> dict[str, tuple[int, int]]:
     """Buffer name -> (first phase touching it, last phase touching it), over ``wpk.phase`` ops."""
     ranges: dict[str, tuple[int, int]] = {}
+    parts = TaskParts()
     for index, phase in enumerate(phases):
-        for task in phase.tasks:
-            for name in [*task.input_names, task.output.data]:
+        for part in {id(p): p for p in map(parts.part, phase.tasks)}.values():
+            for _, name, _ in part.slots:
                 first, last = ranges.get(name, (index, index))
                 ranges[name] = (min(first, index), max(last, index))
     return ranges
@@ -45,31 +47,35 @@ def op_segments(sizes: dict[str, int], ranges: dict[str, tuple[int, int]]) -> di
     return {name: [(0, size, *ranges[name])] for name, size in sizes.items()}
 
 
-def tile_segments(phases, words: dict[str, int]) -> dict[str, list[Segment]]:
+def tile_segments(phases, words: dict[str, int], parts: TaskParts | None = None) -> dict[str, list[Segment]]:
     """Buffer name (those in ``words``: name -> 4-byte words per session slice) -> its live segments."""
     never = np.iinfo(np.int64).max
     first = {name: np.full(n, never, np.int64) for name, n in words.items()}
     last = {name: np.full(n, -1, np.int64) for name, n in words.items()}
-    params_cache: dict = {}
+    parts = parts or TaskParts()
     rel_cache: dict = {}
     for index, phase in enumerate(phases):
+        # The tiles of an op differ in sessions and elements; one session stands for all, so each
+        # distinct (operand properties, element range) of the phase counts once.
+        seen: set = set()
         touched: dict[str, list[np.ndarray]] = {}
         for task in phase.tasks:
-            key = task.param_words
-            params = params_cache.get(key)
-            if params is None:
-                params = params_cache[key] = unpack_params(np.array(key, np.int64), 0)
-            e0, e1 = task.elem_range
-            n_in = len(task.input_names)
-            slots = [*zip(task.input_names, task.operand_offsets), (task.output.data, task.output_offset.value.data)]
-            for k, (name, elem_offset) in enumerate(slots):
+            part = parts.part(task)
+            _, _, e0, e1 = parts.bounds(task)
+            if (id(part), e0, e1) in seen:
+                continue
+            seen.add((id(part), e0, e1))
+            for operand, name, elem_offset in part.slots:
                 if name not in words:
                     continue
-                operand = OUT if k == n_in else k
-                fkey = (key, operand, e0, e1, elem_offset)
+                fkey = (id(part), operand, e0, e1)
                 w = rel_cache.get(fkey)
                 if w is None:
-                    w = np.unique(np.asarray(footprint(params, operand, e0, e1, n_in), np.int64)) + elem_offset
+                    rkey = (part.words, operand, e0, e1)  # the relative set: the same for every layer alike
+                    rel = rel_cache.get(rkey)
+                    if rel is None:
+                        rel = rel_cache[rkey] = np.unique(np.asarray(footprint(part.params, operand, e0, e1, part.n_inputs), np.int64))
+                    w = rel + elem_offset
                     w = rel_cache[fkey] = w[(w >= 0) & (w < words[name])]
                 touched.setdefault(name, []).append(w)
         for name, ws in touched.items():  # phases come in order: the first toucher sets first, the last last
