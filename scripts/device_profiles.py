@@ -6,7 +6,8 @@
 Writes, under --out:
 - ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
-- ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights).
+- ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
+- ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves.
 Also copies the Silero ONNX file there (the GPU machine reaches no registry; set WAVEC_CACHE to --out).
 """
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [n for n in zoo.names() if n.endswith(":tiny")]:
         jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
                                                                                  sessions=args.zoo_sessions)))
+    jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
     for label, make in jobs:
         t0 = time.perf_counter()
         profile = make()

@@ -9,6 +9,8 @@
     wavec verify DIR
     wavec payload-layout [--json]
     wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
+    wavec serve --profile DIR --beat-ms D --inputs IN.npz [--schedule SESSIONS.json] [--beats N]
+                [--deadline-ms D] [--backend interp|cuda] [--outputs OUT.npz] -o RECORDS.jsonl
 
 NAME:PRESET (not an existing file) names a model of wavec.zoo, e.g. duplex:11b or gru_stack:tiny.
 
@@ -326,6 +328,58 @@ def cmd_demo(args) -> int:
     return run_demo(sessions=args.sessions, beats=args.beats, backend=args.backend, out_dir=args.output)
 
 
+def _milliseconds(text: str, flag: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as e:
+        raise WavecError(f"{flag} {text}: not a number; give the {what} in milliseconds, e.g. {flag} 32") from e
+    if not (math.isfinite(value) and value > 0):
+        raise WavecError(f"{flag} {text}: the {what} must be a positive number of milliseconds")
+    return value
+
+
+def cmd_serve(args) -> int:
+    import numpy as np
+
+    from wavec.errors import RuntimeBackendError
+    from wavec.profile import check_inputs, load
+    from wavec.serve import load_schedule, serve
+
+    beat_ms = _milliseconds(args.beat_ms, "--beat-ms", "beat period")
+    deadline_ms = _milliseconds(args.deadline_ms, "--deadline-ms", "deadline") if args.deadline_ms is not None else None
+    if args.beats is not None and args.beats < 1:
+        raise WavecError(f"--beats {args.beats}: serve at least one beat")
+    profile = load(args.profile)
+    target = _check_output_file(args.output)
+    out_npz = _check_output_file(args.outputs, "--outputs") if args.outputs is not None else None
+    if out_npz is not None and out_npz.resolve() == target.resolve():
+        raise WavecError(f"--outputs {args.outputs}: is also the records file (-o); choose two names")
+    arrays = _read_inputs(args.inputs)
+    reset = arrays.pop("reset", None)
+    try:
+        frames, _ = check_inputs(profile, arrays, reset)
+    except RuntimeBackendError as e:
+        raise RuntimeBackendError(f"{args.inputs}: {e}") from e
+    recorded = next(iter(frames.values())).shape[0] if frames else 0
+    if args.beats is not None and args.beats > recorded:
+        raise WavecError(f"--beats {args.beats}: {args.inputs} holds {recorded} beats")
+    schedule, late = (None, [])
+    if args.schedule is not None:
+        if reset is not None:
+            raise WavecError(f"{args.inputs}: has reset flags and --schedule {args.schedule} says who joins when; "
+                             "give admissions in the schedule only")
+        schedule, late = load_schedule(args.schedule, profile.sessions)
+    result = serve(profile, arrays, beat_ms, schedule=schedule, late_frames=late, beats=args.beats,
+                   backend=args.backend, deadline_ms=deadline_ms, reset=reset)
+    if out_npz is not None:
+        write_atomically(out_npz, lambda f: np.savez(f, **result.outputs))
+    write_atomically(target, result.write_jsonl, binary=False)
+    print(f"wrote {target}: {len(result.start_us)} beats x {profile.sessions} sessions of records"
+          + (f", {out_npz}: outputs" if out_npz is not None else ""))
+    print(result.format_summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wavec", description="Compile a streaming model into one persistent GPU kernel.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -385,6 +439,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("interp", "cuda", "auto"), default="auto")
     p.add_argument("-o", "--output", default="", help="where to keep the profile (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("serve", help="serve a cohort from recorded inputs on a fixed beat clock; write per-session, "
+                       "per-beat records (wavec/serve.py)")
+    p.add_argument("--profile", required=True, metavar="DIR", help="the compiled profile directory")
+    p.add_argument("--beat-ms", required=True, metavar="D", help="beat period in milliseconds (beat b starts at b x D)")
+    p.add_argument("--inputs", required=True, metavar="IN.npz",
+                   help="npz: each input [beats, sessions, *frame], optional reset [beats, sessions] (as wavec run)")
+    p.add_argument("--schedule", metavar="SESSIONS.json", help="who joins and leaves when, and which frames arrive late "
+                   "(default: every slot from beat 0; see wavec.serve.parse_schedule)")
+    p.add_argument("--beats", type=int, help="beats to serve (default: all recorded)")
+    p.add_argument("--deadline-ms", metavar="D", help="deadline after each beat's start (default: the beat period)")
+    p.add_argument("--backend", choices=("interp", "cuda"), default="interp")
+    p.add_argument("--outputs", metavar="OUT.npz", help="also write the outputs [beats, sessions, *shape] (NaN where idle)")
+    p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl", help="records to write (JSON Lines)")
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -7,6 +7,11 @@ on a non-blocking stream. Each `beat()` then copies the frames and reset flags i
 second stream, publishes the input epoch, spins until the kernel publishes the output epoch, and copies the
 outputs of half b % 2 back. `close()` asks the kernel to return and waits for it.
 
+`beat()` is `publish()`, `wait()`, `collect()`. A server may split them to overlap the host with the kernel:
+`publish()` may run one beat ahead of `collect()` (beat b+1's frames go into the other half while beat b
+runs; the kernel starts b+1 once b is done everywhere), and `ready()` asks without blocking whether the
+oldest uncollected beat is done. Two beats ahead is refused: beat b+2 would overwrite the halves of b.
+
 The host/kernel protocol (flag words, error record) is described in codegen.py. While the kernel runs,
 nothing here may call a driver function that synchronizes the device (cuMemAlloc/cuMemFree, module loads):
 the kernel never returns on its own, so such a call would wait forever.
@@ -124,8 +129,8 @@ class CudaSession:
 
     Options: ``cubin`` (path of a prebuilt cubin; default: build the profile's kernel with nvcc, cached),
     ``device`` (ordinal, default 0), ``timeout_s`` (how long one beat may take before it is an error,
-    default 30). ``latencies_us`` holds, per beat, the time from publishing the input epoch to seeing the
-    output epoch.
+    default 30). ``latencies_us`` holds, per beat, the time from publishing the input epoch (or, for a beat
+    published ahead, from seeing the previous beat's output epoch) to seeing its output epoch.
     """
 
     def __init__(self, profile, cubin: str | Path | None = None, device: int = 0, timeout_s: float = 30.0,
@@ -137,7 +142,11 @@ class CudaSession:
         self.sessions = int(self.meta["sessions"])
         self.workers = int(self.meta["workers"])
         self.latencies_us: list[float] = []
-        self.beat_index = 0
+        self.beat_index = 0  # the oldest beat not yet collected
+        self.published = 0  # beats published so far (beat_index or beat_index + 1 while one runs ahead)
+        self._published_ns: dict[int, int] = {}  # beat -> when its input epoch was published
+        self._seen = 0  # beats whose output epoch the host has seen
+        self._seen_ns = 0  # when the host saw the last of them
         self._dev: dict[str, int] = {}
         self._pinned: list[_Pinned] = []
         self._launched = False
@@ -364,11 +373,17 @@ class CudaSession:
         return self.collect()
 
     def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray | None = None) -> None:
-        """Copies beat b's inputs into half b % 2 and publishes the input epoch b + 1."""
+        """Copies the next beat's inputs (beat ``published``) into half ``published % 2`` and publishes its input
+        epoch. May be called while the previous beat still runs (one beat ahead of `collect`), not further."""
         if self._closed:
             raise RuntimeBackendError("the CUDA session is closed")
         cu = driver()
-        b = self.beat_index
+        b = self.published
+        if b - self.beat_index >= 2:
+            raise RuntimeBackendError(
+                f"beat {b} cannot be published before beat {self.beat_index} is collected: it would overwrite "
+                "that beat's input and output halves"
+            )
         for name, view in self._input_views.items():
             if name not in frames:
                 raise RuntimeBackendError(f"input {name!r} is missing for beat {b}")
@@ -385,36 +400,69 @@ class CudaSession:
             )
             check(cu.cuStreamSynchronize(self._copy_stream), "cuStreamSynchronize (inputs)")
         self.host_flags[codegen.HOST_INPUT_EPOCH] = (b + 1) & 0xFFFFFFFF
-        self._published_ns = time.perf_counter_ns()
+        self._published_ns[b] = time.perf_counter_ns()
+        self.published = b + 1
+
+    def _done(self, b: int) -> bool:
+        """True once the kernel has published beat b's output epoch; on the first sight records its latency:
+        from when the beat could start (its publication, or the host seeing beat b-1 done when it was
+        published ahead) to now."""
+        if self._seen > b:
+            return True
+        target = (b + 1) & 0xFFFFFFFF
+        if ((int(self.out_epoch[codegen.OUT_EPOCH]) - target) & 0xFFFFFFFF) >= 0x80000000:
+            return False
+        now = time.perf_counter_ns()
+        start = max(self._published_ns[b], self._seen_ns if b else 0)
+        self.latencies_us.append((now - start) / 1e3)
+        self._seen, self._seen_ns = b + 1, now
+        return True
+
+    def _check_waiting(self) -> int:
+        b = self.beat_index
+        if b >= self.published:
+            raise RuntimeBackendError(f"beat {b} was not published; call publish() first")
+        return b
+
+    def ready(self) -> bool:
+        """Without blocking: True once the oldest uncollected beat is done (then `collect` returns at once).
+        Raises RuntimeBackendError when the kernel recorded an error."""
+        b = self._check_waiting()
+        if self._done(b):
+            self._raise_if_failed()
+            return True
+        self._raise_if_failed()
+        return False
 
     def wait(self) -> None:
-        """Spins until the kernel publishes the output epoch of the last published beat."""
+        """Spins until the kernel publishes the output epoch of the oldest uncollected beat."""
         cu = driver()
-        b = self.beat_index
-        target = (b + 1) & 0xFFFFFFFF
-        deadline = self._published_ns + int(self.timeout_s * 1e9)
-        out = self.out_epoch
+        b = self._check_waiting()
+        deadline = self._published_ns[b] + int(self.timeout_s * 1e9)
         polls = 0
-        while ((int(out[codegen.OUT_EPOCH]) - target) & 0xFFFFFFFF) >= 0x80000000:
+        while not self._done(b):
             polls += 1
             if polls % 1024 == 0:
                 self._raise_if_failed()
                 if time.perf_counter_ns() > deadline:
                     raise RuntimeBackendError(
-                        f"beat {b} did not finish within {self.timeout_s} s (output epoch {int(out[0])}); "
+                        f"beat {b} did not finish within {self.timeout_s} s (output epoch {int(self.out_epoch[0])}); "
                         "the schedule may deadlock: run wavec verify on the profile"
                     )
                 if cu.cuStreamQuery(self._kernel_stream)[0] != cu.CUresult.CUDA_ERROR_NOT_READY:
                     self._raise_if_failed()
                     err = cu.cuStreamQuery(self._kernel_stream)[0]
                     raise RuntimeBackendError(f"the persistent kernel ended during beat {b} ({err.name})")
-        self.latencies_us.append((time.perf_counter_ns() - self._published_ns) / 1e3)
         self._raise_if_failed()
 
     def collect(self) -> dict[str, np.ndarray]:
-        """Copies the outputs of the last finished beat back; advances to the next beat."""
+        """Copies the outputs of the oldest uncollected beat back (waiting for it first if need be);
+        advances to the next beat."""
         cu = driver()
-        half = self.beat_index % 2
+        b = self._check_waiting()
+        if not self._done(b):
+            self.wait()
+        half = b % 2
         if self.output_half:
             check(
                 cu.cuMemcpyDtoHAsync(self._out_stage.ptr, self._dev["output"] + half * self.output_half,
@@ -422,6 +470,7 @@ class CudaSession:
                 "cuMemcpyDtoHAsync (outputs)",
             )
             check(cu.cuStreamSynchronize(self._copy_stream), "cuStreamSynchronize (outputs)")
+        self._published_ns.pop(b, None)
         self.beat_index += 1
         return {name: np.array(view, np.float32) for name, view in self._output_views.items()}
 
