@@ -51,29 +51,15 @@ def seed_for(model_seed: int, name: str) -> int:
 
 
 @dataclass(frozen=True)
-class RandomWeight:
-    """A float32 tensor of ``shape`` uniform in [-scale, scale), from ``seed`` (see the module docstring).
-
-    ``precision`` "bf16" rounds every value to bfloat16 (the model's weights are bf16 numbers; they are
-    stored and computed as float32). Raises ValueError for a bad shape, seed, scale or precision."""
+class _Generated:
+    """A float32 tensor of ``shape`` made from a spec (the shape is checked and made a tuple of ints)."""
 
     shape: tuple[int, ...]
-    seed: int
-    scale: float
-    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if any(d < 1 for d in self.shape):
-            raise ValueError(f"RandomWeight: shape {self.shape} has a dimension < 1")
-        if self.size >= 2**32:
-            raise ValueError(f"RandomWeight: {self.size} elements; the generator indexes at most 2**32 - 1")
-        if not 0 <= int(self.seed) < 2**32:
-            raise ValueError(f"RandomWeight: seed {self.seed} is not a 32-bit unsigned integer")
-        if not np.isfinite(self.scale) or self.scale <= 0:
-            raise ValueError(f"RandomWeight: scale {self.scale} must be a positive finite number")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"RandomWeight: precision {self.precision!r} is not one of {PRECISIONS}")
+            raise ValueError(f"{type(self).__name__}: shape {self.shape} has a dimension < 1")
 
     @property
     def size(self) -> int:
@@ -82,6 +68,29 @@ class RandomWeight:
     @property
     def nbytes(self) -> int:
         return 4 * self.size
+
+
+@dataclass(frozen=True)
+class RandomWeight(_Generated):
+    """A float32 tensor of ``shape`` uniform in [-scale, scale), from ``seed`` (see the module docstring).
+
+    ``precision`` "bf16" rounds every value to bfloat16 (the model's weights are bf16 numbers; they are
+    stored and computed as float32). Raises ValueError for a bad shape, seed, scale or precision."""
+
+    seed: int
+    scale: float
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.size >= 2**32:
+            raise ValueError(f"RandomWeight: {self.size} elements; the generator indexes at most 2**32 - 1")
+        if not 0 <= int(self.seed) < 2**32:
+            raise ValueError(f"RandomWeight: seed {self.seed} is not a 32-bit unsigned integer")
+        if not np.isfinite(self.scale) or self.scale <= 0:
+            raise ValueError(f"RandomWeight: scale {self.scale} must be a positive finite number")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"RandomWeight: precision {self.precision!r} is not one of {PRECISIONS}")
 
     def spec(self) -> dict:
         """The JSON form kept in profile.json (``name`` and ``offset`` are added by the emitter)."""
@@ -106,24 +115,10 @@ class RandomWeight:
 
 
 @dataclass(frozen=True)
-class ConstantWeight:
+class ConstantWeight(_Generated):
     """A float32 tensor of ``shape`` with every element ``value`` (a zeroed KV cache's initial value)."""
 
-    shape: tuple[int, ...]
     value: float = 0.0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        if any(d < 1 for d in self.shape):
-            raise ValueError(f"ConstantWeight: shape {self.shape} has a dimension < 1")
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return 4 * self.size
 
     def spec(self) -> dict:
         return {"kind": "constant", "elems": self.size, "value": float(np.float32(self.value))}
