@@ -80,7 +80,8 @@ class _Counter:
     phase: int
     tasks: list[int]  # signallers, program order indices
     whole_phase: bool  # all tasks of a phase of more than one group
-    mask: int = 0  # bitset of the signallers
+    groups: int = 0  # bitset over group ordinals: its own group, or every group of its phase
+    ordinal: int = -1  # a group counter's bit in ``groups``
     index: int = -1  # counter number once allocated
 
 
@@ -182,20 +183,32 @@ def _bits(indices) -> int:
 
 
 class _CounterClosure:
-    """Bitset of the tasks that happen before a counter's wait passes: its signallers and what happens
-    before them (through `anc`, each task's ancestors), memoized per counter in `memo`."""
+    """Bitset of the groups whose tasks happen before a counter's wait passes: its signallers and what
+    happens before them (through `anc`, each task's ancestors), memoized per counter in `memo`.
+
+    Before worker assignment a task is ordered after others only through waits, and a wait covers whole
+    groups (a group counter) or whole phases (all their groups), so every such set is a union of whole
+    groups: one bit per group is exact, and G^2/8 bytes at most instead of n^2/8 (tiles of one group share
+    a bit). Equal sets are interned (`intern`): tasks that wait on the same counters share one int."""
 
     def __init__(self, counters: list, anc: list[int]):
-        self.counters, self.anc, self.memo = counters, anc, {}
+        self.counters, self.anc, self.memo, self.intern = counters, anc, {}, {}
 
     def __call__(self, c: int) -> int:
         hit = self.memo.get(c)
         if hit is None:
-            hit = self.counters[c].mask
+            hit = self.counters[c].groups
+            seen = set()
             for s in self.counters[c].tasks:
-                hit |= self.anc[s]
-            self.memo[c] = hit
+                a = self.anc[s]
+                if id(a) not in seen:  # interned: most signallers share their ancestors
+                    seen.add(id(a))
+                    hit |= a
+            hit = self.memo[c] = self.intern.setdefault(hit, hit)
         return hit
+
+    def shared(self, value: int) -> int:
+        return self.intern.setdefault(value, value)
 
 
 def _barrier_per_phase(tasks: list[_Task], phases: list[list[int]]) -> None:
@@ -264,7 +277,7 @@ class WpkSchedule(ModulePass):
             victim = victims[-1]
             for s in members:
                 tasks[s].waits.append(victim)
-                anc[s] |= close(victim)
+                anc[s] = close.shared(anc[s] | close(victim))
             closure.pop(carrier, None)
             chosen.remove(victim)
         return chosen
@@ -308,32 +321,36 @@ class WpkSchedule(ModulePass):
         counters: list[_Counter] = []
         phase_counter: dict[int, int] = {}
         group_counters: list[list[int]] = []  # per phase: its group counter ids
+        n_groups = 0  # group ordinals: the bits of _Counter.groups
         for p, members in enumerate(phases):
             by_range: dict[tuple[int, int], list[int]] = {}
             for i in members:
                 by_range.setdefault(tasks[i].sessions, []).append(i)
             ids = []
+            first_group = n_groups
             for rng in sorted(by_range):
                 c = len(counters)
-                counters.append(_Counter(p, by_range[rng], whole_phase=False, mask=_bits(by_range[rng])))
+                counters.append(_Counter(p, by_range[rng], whole_phase=False, groups=1 << n_groups, ordinal=n_groups))
+                n_groups += 1
                 for i in by_range[rng]:
                     tasks[i].group = c
                 ids.append(c)
             group_counters.append(ids)
             if len(ids) > 1:
                 phase_counter[p] = len(counters)
-                counters.append(_Counter(p, list(members), whole_phase=True, mask=_bits(members)))
+                counters.append(_Counter(p, list(members), whole_phase=True,
+                                         groups=((1 << (n_groups - first_group)) - 1) << first_group))
             elif ids:
                 phase_counter[p] = ids[0]
         # ---- waits: the fewest counters that cover each task's dependencies (transitively)
-        anc = [0] * len(tasks)  # bitset of everything that happens before the task through its waits
+        anc = [0] * len(tasks)  # bitset of the groups that happen before the task through its waits
         close = _CounterClosure(counters, anc)
         closure = close.memo
 
         for t in tasks:
             if not t.deps:
                 continue
-            need = _bits(t.deps)
+            need = _bits({counters[tasks[d].group].ordinal for d in t.deps})
             units = sorted({tasks[d].group for d in t.deps}, key=lambda c: -counters[c].phase)
             chosen = _cover(units, need, counters, close)
             chosen = self._absorb(chosen, tasks, counters, anc, closure, close)
@@ -356,8 +373,10 @@ class WpkSchedule(ModulePass):
                     f"phases that do not order each other ({names}); a payload holds {MAX_WAITS} waits"
                 )
             t.waits = chosen
+            a = 0
             for c in chosen:
-                anc[t.index] |= close(c)
+                a |= close(c)
+            anc[t.index] = close.shared(a)
 
         # ---- critical-path priority (bottom level) over the wait graph
         waiters: dict[int, list[int]] = {}
@@ -428,35 +447,11 @@ class WpkSchedule(ModulePass):
             raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
 
         # ---- drop waits the worker order already implies
-        anc2 = [0] * len(tasks)
-        close2 = _CounterClosure(counters, anc2)
-
         position = [0] * len(tasks)
         for w, rows in enumerate(lists):
             for k, i in enumerate(rows):
                 position[i] = k
-        for i in sequence:
-            t = tasks[i]
-            k = position[i]
-            base = 0
-            if k:
-                prev = lists[worker_of[i]][k - 1]
-                base = anc2[prev] | (1 << prev)
-            kept = list(t.waits)
-            for c in list(kept):
-                others = base
-                for d in kept:
-                    if d != c:
-                        others |= close2(d)
-                # Only a wait whose every signaller is already ordered before the task goes: that keeps
-                # the happens-before closure the wait selection above relied on (dropping one that only
-                # covers the task's own dependencies could break a later task's transitive cover).
-                if counters[c].mask & ~others == 0:
-                    kept.remove(c)
-            t.waits = kept
-            anc2[i] = base
-            for c in kept:
-                anc2[i] |= close2(c)
+        _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, self.workers)
 
         # ---- allocate counter numbers: group counters always (a task must signal), phase ones if waited
         waited = {c for t in tasks for c in t.waits}
@@ -487,12 +482,65 @@ class WpkSchedule(ModulePass):
         op.attributes["wpk.phase_waits"] = IntegerAttr(phase_waits, i64)
 
 
+def _drop_implied_waits(tasks: list[_Task], counters: list[_Counter], sequence: list[int], lists: list[list[int]],
+                        worker_of: list[int], position: list[int], workers: int) -> None:
+    """Drops the waits of each task (in schedule order) whose every signaller is already ordered before
+    it by its worker's earlier task and its other waits.
+
+    Ordering is tracked with vector clocks: ``clock[i, w]`` is the last position on worker w's list that
+    happens before task i or is i (-1: none). The set of tasks before i is closed under worker order, so
+    it is one prefix of every worker's list and the clock is exact; a counter's signallers are all before
+    i iff, on every worker, the last of them sits at or below i's clock entry. n x workers int32."""
+    clock = np.full((len(tasks), workers), -1, np.int32)  # inclusive: a task's own entry is its position
+    none = np.full(workers, -1, np.int32)
+    closed: dict[int, np.ndarray] = {}  # counter -> the max of its signallers' clocks
+    last: dict[int, np.ndarray] = {}  # counter -> per worker, the last position of a signaller
+
+    def close(c: int) -> np.ndarray:
+        hit = closed.get(c)
+        if hit is None:
+            hit = closed[c] = clock[counters[c].tasks].max(axis=0)
+        return hit
+
+    def signallers(c: int) -> np.ndarray:
+        hit = last.get(c)
+        if hit is None:
+            hit = none.copy()
+            np.maximum.at(hit, np.asarray([worker_of[s] for s in counters[c].tasks]),
+                          np.asarray([position[s] for s in counters[c].tasks], np.int32))
+            last[c] = hit
+        return hit
+
+    for i in sequence:
+        t = tasks[i]
+        k = position[i]
+        base = clock[lists[worker_of[i]][k - 1]] if k else none
+        kept = list(t.waits)
+        for c in list(kept):
+            others = base
+            for d in kept:
+                if d != c:
+                    others = np.maximum(others, close(d))
+            # Only a wait whose every signaller is already ordered before the task goes: that keeps the
+            # happens-before closure the wait selection relied on (dropping one that only covers the
+            # task's own dependencies could break a later task's transitive cover).
+            if (signallers(c) <= others).all():
+                kept.remove(c)
+        t.waits = kept
+        row = clock[i]
+        row[:] = base
+        for c in kept:
+            np.maximum(row, close(c), out=row)
+        row[worker_of[i]] = k
+
+
 def _cover(units: list[int], need: int, counters: list[_Counter], close) -> list[int]:
-    """Greedy: the units (latest phase first) whose signallers are needed and not already implied by the
-    closure of the units taken so far; then drop any taken unit the others imply."""
+    """Greedy: the units (latest phase first) whose groups are needed and not already implied by the
+    closure of the units taken so far; then drop any taken unit the others imply. ``need`` and the
+    closures are bitsets over group ordinals (see _CounterClosure)."""
     chosen, covered = [], 0
     for c in units:
-        if need & counters[c].mask & ~covered:
+        if need & counters[c].groups & ~covered:
             chosen.append(c)
             covered |= close(c)
     for c in list(chosen):
@@ -500,6 +548,6 @@ def _cover(units: list[int], need: int, counters: list[_Counter], close) -> list
         for d in chosen:
             if d != c:
                 others |= close(d)
-        if need & counters[c].mask & ~others == 0:
+        if need & counters[c].groups & ~others == 0:
             chosen.remove(c)
     return chosen
