@@ -311,9 +311,14 @@ class WpkSchedule(ModulePass):
             phases.append(members)
         if self.granularity not in ("tile", "phase"):
             raise PassFailedException(f"wpk-schedule: granularity must be tile or phase, got {self.granularity!r}")
-        _dependencies(tasks, phases, total, _footprints(buffers, bases))
         if self.granularity == "phase":
+            # A barrier per phase orders every access: no footprints to intersect, only each task's cost.
+            fill = _footprints(buffers, {})
+            for t in tasks:
+                fill(t)
             _barrier_per_phase(tasks, phases)
+        else:
+            _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
             t.cost = self.task_overhead_us + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
 
