@@ -22,6 +22,7 @@ from wavec.opcodes import (
     footprint,
     footprint_view,
     unpack_params,
+    view_offsets,
 )
 from wavec.payload import operand_arena
 
@@ -67,14 +68,21 @@ def phase_cost(records: np.ndarray, params_table: np.ndarray) -> tuple[int, int]
 def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, per_session: bool) -> int:
     """Distinct elements that the tasks of ``group`` touch in one operand location, over the cohort. When
     one parameter block's tiles cover its whole iteration space (the usual phase), that is the operand's
-    whole-op footprint (closed form); otherwise the footprints are enumerated and merged."""
-    blocks = {(at, k) for _, at, k in group}
-    if len(blocks) == 1:
-        (at, k), = blocks
-        params = params_at[at]
-        covered = _covered_sessions(group, params.n_elems)
-        if covered is not None:
-            return distinct_offsets(*footprint_view(params, k)) * (covered if per_session else 1)
+    whole-op footprint (closed form); several blocks covering the same sessions merge their whole-op
+    sets once per session; anything else enumerates every tile's footprint."""
+    by_block: dict[tuple[int, int], list] = {}
+    for entry in group:
+        by_block.setdefault(entry[1:], []).append(entry)
+    covered = {_covered_sessions(tiles, params_at[at].n_elems) for (at, _), tiles in by_block.items()}
+    if len(covered) == 1 and None not in covered:  # every block covers the same whole sessions
+        first, last = covered.pop()
+        scale = last - first if per_session else 1
+        if len(by_block) == 1:
+            (at, k), = by_block
+            return distinct_offsets(*footprint_view(params_at[at], k)) * scale
+        views = [footprint_view(params_at[at], k) for at, k in by_block]  # several ops' parts: merge their sets
+        offsets = [view_offsets(shape, strides, 0, int(np.prod(shape, dtype=np.int64))) for shape, strides in views]
+        return len(np.unique(np.concatenate(offsets))) * scale
     parts = []
     for rec, at, k in group:
         elems = footprint(params_at[at], k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
@@ -85,11 +93,11 @@ def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, pe
     return len(np.unique(np.concatenate(parts)))
 
 
-def _covered_sessions(group: list[tuple[np.void, int, int]], n_elems: int) -> int | None:
-    """The number of sessions whose every element ``[0, n_elems)`` the tiles of ``group`` cover (tiles of
-    one phase never overlap), or None when they leave a hole."""
+def _covered_sessions(group: list[tuple[np.void, int, int]], n_elems: int) -> tuple[int, int] | None:
+    """The sessions ``[first, last)`` whose every element ``[0, n_elems)`` the tiles of ``group`` cover
+    (tiles of one phase never overlap), or None when they leave a hole."""
     sessions = {(int(r["session_begin"]), int(r["session_end"])) for r, _, _ in group}
     first, last = min(b for b, _ in sessions), max(e for _, e in sessions)
     area = sum((int(r["session_end"]) - int(r["session_begin"])) * (int(r["elem_end"]) - int(r["elem_begin"]))
                for r, _, _ in group)
-    return last - first if area == (last - first) * n_elems else None
+    return (first, last) if area == (last - first) * n_elems else None
