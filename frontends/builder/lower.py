@@ -56,6 +56,12 @@ class BuiltGraph:
     bindings: dict
 
 
+def _zeros(*shape: int) -> Static:
+    """Overlap-add padding as a compile-time constant: a wave.weight, not an activation every beat
+    recomputes (a shared activation would sit outside the session-major arena regions)."""
+    return Static(np.zeros(shape, np.float32), hint="zeros")
+
+
 def _drop_dead_ops(block: Block) -> None:
     """Removes compute ops and weights nothing reads (reshapes a later reshape bypassed). Inputs and
     states stay: they are the session's interface."""
@@ -248,27 +254,55 @@ class _Lowering:
         contrib = b.matmul(b.transpose(x, [1, 0]), b.reshape(w, (c_in, c_out * k)))  # [T, C_out*K]
         contrib = b.reshape(contrib, (t, c_out, k))
         if m * stride != k:
-            contrib = b.concat([contrib, b.fill(0.0, (t, c_out, m * stride - k))], 2)
+            contrib = b.concat([contrib, _zeros(t, c_out, m * stride - k)], 2)
         blocks = b.reshape(b.transpose(b.reshape(contrib, (t, c_out, m, stride)), [1, 2, 0, 3]), (c_out, m, t * stride))
+        if k == m * stride and (m > 1 or not attrs.get("tail")):
+            return self._overlap_add_chunks(blocks, ins[-1] if attrs.get("tail") else None, bias, t, m, stride)
         span = (t + m - 1) * stride
         full = None
         for j in range(m):
             part = b.reshape(b.slice_axis(blocks, 1, j, 1), (c_out, t * stride))
-            pieces = ([b.fill(0.0, (c_out, j * stride))] if j else []) + [part]
+            pieces = ([_zeros(c_out, j * stride)] if j else []) + [part]
             if m - 1 - j:
-                pieces.append(b.fill(0.0, (c_out, (m - 1 - j) * stride)))
+                pieces.append(_zeros(c_out, (m - 1 - j) * stride))
             shifted = b.concat(pieces, 1)
             full = shifted if full is None else b.ewise("add(%0, %1)", [full, shifted])
         tail_len = k - stride
         if attrs.get("tail"):
             tail = ins[-1]
-            full = b.ewise("add(%0, %1)", [full, b.concat([tail, b.fill(0.0, (c_out, span - tail_len))], 1)])
+            full = b.ewise("add(%0, %1)", [full, b.concat([tail, _zeros(c_out, span - tail_len)], 1)])
         y = b.slice_axis(full, 1, 0, t * stride)
         if bias is not None:
             y = b.ewise("add(%0, %1)", [y, b.reshape(bias, (c_out, 1))])
         if not attrs.get("tail"):
             return y
         return [y, b.slice_axis(full, 1, t * stride, tail_len)]
+
+    def _overlap_add_chunks(self, blocks: Value, tail: Value | None, bias: Value | None, t: int, m: int,
+                            stride: int):
+        """Overlap-add of ``blocks`` [C, m, t*stride] (block j lands ``j * stride`` later) and the carried
+        ``tail`` [C, (m-1)*stride], one ``stride``-wide output chunk at a time: every term is a slice of
+        this beat's tensors, so no zero padding is materialized. Returns y [C, t*stride] (plus the bias),
+        and the next tail when one is carried."""
+        b = self.b
+        c_out = shape(blocks)[0]
+        parts = [b.reshape(b.slice_axis(blocks, 1, j, 1), (c_out, t * stride)) for j in range(m)]
+        chunks = []
+        for c in range(t + m - 1):
+            terms = [b.slice_axis(parts[j], 1, (c - j) * stride, stride) for j in range(m) if 0 <= c - j < t]
+            if tail is not None and c < m - 1:
+                terms.append(b.slice_axis(tail, 1, c * stride, stride))
+            chunk = terms[0]
+            for term in terms[1:]:
+                chunk = b.ewise("add(%0, %1)", [chunk, term])
+            chunks.append(chunk)
+        y = b.concat(chunks[:t], 1) if t > 1 else chunks[0]
+        if bias is not None:
+            y = b.ewise("add(%0, %1)", [y, b.reshape(bias, (c_out, 1))])
+        if tail is None:
+            return y
+        rest = chunks[t:]
+        return [y, b.concat(rest, 1) if len(rest) > 1 else rest[0]]
 
     def _rows(self, v: Value) -> Value:
         """A [I] vector as a [1, I] row (cells and projections work on rows)."""
