@@ -8,9 +8,10 @@ by liveness (wavec.analysis.liveness), at the `granularity` option's grain:
   halves) are recycled one by one, and words no task touches are never live.
 A phase's inputs and output are always live together, so a task never overwrites what a task of its own
 phase reads. First-fit placement gives each buffer the lowest offset at which none of its live segments
-overlaps, in bytes and in phases, a segment already placed; it runs in two orders (decreasing size,
-first live phase) and, at tile granularity, also over two safe coarser livenesses (alignment padding
-live with a buffer's tail; whole buffers), keeping the smallest arena, so `tile` is never worse than `op`.
+overlaps, in bytes and in phases, a segment already placed; it runs in three orders (decreasing size,
+first live phase, decreasing size x lifetime) and, at tile granularity, also over two safe coarser
+livenesses (alignment padding live with a buffer's tail; whole buffers), keeping the smallest arena, so
+`tile` is never worse than `op`.
 Per-session activations are laid out session-major: first-fit places one session's slice of each, and
 every per-session activation gets the same session stride (that region's size), so recycled bytes of
 session s only ever held session s's data; shared activations follow the N session regions. Every
@@ -71,12 +72,15 @@ def first_fit(segments: dict[str, list[Segment]], order: list[str]) -> dict[str,
 
 
 def place(candidates: list[dict[str, list[Segment]]], sizes: dict[str, int]) -> dict[str, int]:
-    """First-fit of each candidate liveness (every one safe: a superset of the true one) in two orders,
-    decreasing size and first live phase; keeps the offsets of the smallest extent (the first on a tie)."""
+    """First-fit of each candidate liveness (every one safe: a superset of the true one) in three orders:
+    decreasing size, first live phase, and decreasing size x lifetime (the buffers that block the most of
+    the byte-time plane first); keeps the offsets of the smallest extent (the first on a tie)."""
     best, extent = {}, None
     for segments in candidates:
         start = {name: min((s[2] for s in segments[name]), default=0) for name in sizes}
-        for key in (lambda n: (-sizes[n], start[n], n), lambda n: (start[n], -sizes[n], n)):
+        stop = {name: max((s[3] for s in segments[name]), default=0) for name in sizes}
+        for key in (lambda n: (-sizes[n], start[n], n), lambda n: (start[n], -sizes[n], n),
+                    lambda n: (-sizes[n] * (stop[n] - start[n] + 1), start[n], n)):
             offsets = first_fit(segments, sorted(sizes, key=key))
             end = max((offsets[n] + sizes[n] for n in sizes), default=0)
             if extent is None or end < extent:
