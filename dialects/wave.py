@@ -195,23 +195,31 @@ class EwiseOp(IRDLOperation):
             raise VerifyException(f"wave.ewise: inputs {shapes} do not broadcast to the result shape {list(out)}")
 
 
+def _check_attached_expr(op: IRDLOperation, what: str, text: StringAttr | None, n_inputs: int) -> bool:
+    """Checks an op's ``what`` (epilogue or prologue) expression against its ``n_inputs`` extra inputs
+    (``%1..``); False when the op has none (and no inputs for it)."""
+    if text is None:
+        if n_inputs:
+            raise VerifyException(f"{op.name}: {what} inputs without a {what} expression")
+        return False
+    try:
+        expr = parse_expr(text.data)
+    except ValueError as e:
+        raise VerifyException(f"{op.name}: {what}: {e}") from e
+    used = expr.inputs()
+    if used and max(used) > n_inputs:
+        raise VerifyException(
+            f"{op.name}: {what} uses %{max(used)} but the op has {n_inputs} {what} inputs (%1..%{n_inputs})"
+        )
+    return True
+
+
 def _verify_epilogue(op: IRDLOperation) -> None:
     """An optional ``epilogue`` expression applied per output element: ``%0`` is the op's own value,
     ``%1..`` its ``epilogue_inputs`` (broadcast to the result shape, as wave.ewise's inputs are)."""
     extras = list(op.epilogue_inputs)
-    if op.epilogue is None:
-        if extras:
-            raise VerifyException(f"{op.name}: epilogue inputs without an epilogue expression")
+    if not _check_attached_expr(op, "epilogue", op.epilogue, len(extras)):
         return
-    try:
-        expr = parse_expr(op.epilogue.data)
-    except ValueError as e:
-        raise VerifyException(f"{op.name}: epilogue: {e}") from e
-    used = expr.inputs()
-    if used and max(used) > len(extras):
-        raise VerifyException(
-            f"{op.name}: epilogue uses %{max(used)} but the op has {len(extras)} epilogue inputs (%1..%{len(extras)})"
-        )
     out = shape_of(op.result)
     shapes = [shape_of(v) for v in extras]
     if broadcast_shapes([*shapes, out]) != out:
@@ -230,19 +238,8 @@ def _verify_prologue(op: "MatmulOp") -> None:
     along the last (k) axis alone (a per-feature scale or shift), never along both: a task reads it once per
     row or once per k, not once per element of ``a``."""
     extras = list(op.prologue_inputs)
-    if op.prologue is None:
-        if extras:
-            raise VerifyException(f"{op.name}: prologue inputs without a prologue expression")
+    if not _check_attached_expr(op, "prologue", op.prologue, len(extras)):
         return
-    try:
-        expr = parse_expr(op.prologue.data)
-    except ValueError as e:
-        raise VerifyException(f"{op.name}: prologue: {e}") from e
-    used = expr.inputs()
-    if used and max(used) > len(extras):
-        raise VerifyException(
-            f"{op.name}: prologue uses %{max(used)} but the op has {len(extras)} prologue inputs (%1..%{len(extras)})"
-        )
     sa = shape_of(op.a)
     for v in extras:
         s = shape_of(v)
