@@ -651,3 +651,29 @@ def test_import_errors_are_one_line(tmp_path, capsys):
 
 def test_errors_are_wavec_errors():
     assert issubclass(ProfileError, WavecError) and issubclass(UnsupportedModelError, WavecError)
+
+
+@pytest.mark.parametrize("model, message", [
+    ("nosuch:tiny", "no zoo model 'nosuch'; choose one of transformer:tiny"),
+    ("gru_stack", "for the zoo model give a preset, e.g. gru_stack:tiny"),
+    ("gru_stack:huge", "gru_stack has no preset 'huge'; choose one of tiny, small"),
+])
+def test_zoo_names_are_clear_errors(tmp_path, capsys, model, message):
+    assert wavec_main(["compile", model, "--sessions", "2", "-o", str(tmp_path / "p")]) != 0
+    assert message in _error(capsys)
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "no such pipeline file"),
+    ("passes: [wave-fuse", "not valid YAML"),
+    ("description: x\n", "expected a mapping with a non-empty `passes` list"),
+])
+def test_wavec_opt_pipeline_file_errors_are_one_line(tmp_path, capsys, text, message):
+    ir = tmp_path / "in.mlir"
+    ir.write_text("builtin.module {}\n")
+    pipeline = tmp_path / "p.yaml"
+    if text is not None:
+        pipeline.write_text(text)
+    assert opt_main([str(ir), "-p", str(pipeline)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wavec-opt: error:") and message in err[0], err

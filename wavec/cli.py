@@ -142,6 +142,12 @@ def _zoo_model(args):
     from wavec import zoo
 
     if not zoo.is_zoo_name(args.model):
+        name, sep, _ = args.model.partition(":")
+        if sep and not name.endswith(".onnx"):
+            zoo.get(args.model)  # raises: no zoo model NAME, with the list
+        if name in zoo.MODELS:
+            raise WavecError(f"{args.model}: no such model file; for the zoo model give a preset, e.g. {name}:tiny "
+                             f"({', '.join(n for n in zoo.names() if n.startswith(name + ':'))})")
         return None
     given = [flag for flag, values in (("--bind", args.bind), ("--frame", args.frame), ("--state", args.state)) if values]
     if given:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from wavec.errors import WavecError
 from wavec.registry import get_all_dialects, get_all_passes
 
 
@@ -113,7 +114,7 @@ class _Buffer(io.StringIO):
         super().close()
 
 
-ERRORS = (DiagnosticException, ParseError, ValueError, ArgSpecParseError, OSError)
+ERRORS = (DiagnosticException, ParseError, ValueError, ArgSpecParseError, OSError, WavecError)
 
 
 def format_error(e: BaseException) -> str:
@@ -143,7 +144,8 @@ def describe_passes() -> str:
     for name, factory in get_all_passes().items():
         cls = factory()
         doc = inspect.getdoc(cls) or ""
-        lines.append(f"{name}: {doc.splitlines()[0] if doc else ''}")
+        summary = doc.split("\n\n")[0]  # the first paragraph, joined onto one line
+        lines.append(f"{name}: {' '.join(summary.split())}")
         for f in dataclasses.fields(cls):
             help_text = f.metadata.get("help", "")
             lines.append(f"    {f.name.replace('_', '-')}={f.default!r}  {help_text}")
