@@ -677,3 +677,21 @@ def test_wavec_opt_pipeline_file_errors_are_one_line(tmp_path, capsys, text, mes
     assert opt_main([str(ir), "-p", str(pipeline)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("wavec-opt: error:") and message in err[0], err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-p", "{default}", "--pipeline-var", "bogus=3"], "has no variable ${bogus}"),
+    (["-p", "{default}", "--pipeline-var", "sessions"], "expected NAME=VALUE"),
+    (["-p", "wave-fuse", "--pipeline-var", "sessions=3"], "applies to a YAML pipeline"),
+    (["-p", "wave-fuse", "--print-ir-after", "wave-cohort"], "not a pass of this pipeline (wave-fuse)"),
+])
+def test_wavec_opt_rejects_unused_variables_and_dump_points(tmp_path, capsys, argv, message):
+    from wavec.pipeline import default_pipeline_text
+
+    default = tmp_path / "default.yaml"
+    default.write_text(default_pipeline_text())
+    ir = tmp_path / "in.mlir"
+    ir.write_text("builtin.module {}\n")
+    assert opt_main([str(ir), *[a.replace("{default}", str(default)) for a in argv]]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wavec-opt: error:") and message in err[0], err

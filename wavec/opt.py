@@ -55,12 +55,17 @@ class WavecOptMain(xDSLOptMain):
     def setup_pipeline(self):
         if getattr(self.args, "list_passes", False):
             return  # nothing runs: a -p given alongside is not parsed
-        from wavec.pipeline import pipeline_spec
+        from wavec.pipeline import is_pipeline_file, pipeline_spec
 
-        variables = dict(v.split("=", 1) for v in self.args.pipeline_var)
+        variables = _pipeline_variables(self.args.pipeline_var, self.args.passes,
+                                        is_pipeline_file(self.args.passes))
         self.args.passes = pipeline_spec(self.args.passes, variables)
         super().setup_pipeline()
         dumps = {"*"} if self.args.print_ir_after_all else set(self.args.print_ir_after)
+        unknown = dumps - {"*"} - {p.name for p in self.pipeline.passes}
+        if unknown:
+            raise WavecError(f"--print-ir-after {', '.join(sorted(unknown))}: not a pass of this pipeline "
+                             f"({', '.join(p.name for p in self.pipeline.passes)})")
         if dumps:
             from xdsl.passes import PassPipeline
 
@@ -133,6 +138,27 @@ def format_error(e: BaseException) -> str:
         where = next((ln.removeprefix("pass-pipeline:") for ln in lines if ln.startswith("pass-pipeline:")), "")
         return f"wavec-opt: error: pass pipeline: {message}" + (f" (at {where})" if where else "")
     return f"wavec-opt: error: {lines[0].strip()}"
+
+
+def _pipeline_variables(pairs: list[str], source: str, from_file: bool) -> dict[str, str]:
+    """--pipeline-var NAME=VALUE pairs, each a variable the YAML pipeline ``source`` uses. Raises WavecError."""
+    if pairs and not from_file:
+        raise WavecError(f"--pipeline-var applies to a YAML pipeline (-p FILE.yaml), not to -p {source!r}")
+    text = ""
+    if pairs:
+        from pathlib import Path
+
+        path = Path(source)
+        text = path.read_text() if path.is_file() else ""
+    variables = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise WavecError(f"--pipeline-var {pair}: expected NAME=VALUE, e.g. sessions=64")
+        if text and "${" + name + "}" not in text:
+            raise WavecError(f"--pipeline-var {name}: {source} has no variable ${{{name}}}")
+        variables[name] = value
+    return variables
 
 
 def describe_passes() -> str:
