@@ -319,6 +319,27 @@ class EwiseParams:
 
 
 
+def _pack_extras(strides: tuple[tuple[int, ...], ...], code: tuple[int, ...]) -> list[int]:
+    """The tail an epilogue and a prologue share: each extra input's strides, then n_code and the code."""
+    return [w for st in strides for w in st] + [len(code), *code]
+
+
+def _unpack_extras(words: np.ndarray, at: int, n_extra: int, width: int):
+    """(strides, code, next word) of a ``_pack_extras`` tail at word ``at``: ``n_extra`` stride rows of
+    ``width`` words each."""
+    strides = []
+    for _ in range(n_extra):
+        st, at = _read(words, at, width)
+        strides.append(tuple(st))
+    code, at = _read(words, at + 1, int(words[at]))
+    return tuple(strides), tuple(code), at
+
+
+def _apply_code(code: tuple[int, ...], first: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
+    """An epilogue's or prologue's bytecode over ``%0 = first`` and its extras; no code is the identity."""
+    return run_bytecode(list(code), [first, *extras]) if code else first
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """An expression applied to each output element of a MATMUL or CONV before the store: ``%0`` is the
@@ -339,28 +360,18 @@ class Epilogue:
         return not self.code and not self.strides
 
     def pack(self) -> list[int]:
-        words = [len(self.strides), len(self.shape), *self.shape]
-        for s in self.strides:
-            words += list(s)
-        return words + [len(self.code), *self.code]
+        return [len(self.strides), len(self.shape), *self.shape, *_pack_extras(self.strides, self.code)]
 
     @staticmethod
     def unpack(words: np.ndarray, at: int) -> tuple["Epilogue", int]:
         n_extra, r = int(words[at]), int(words[at + 1])
         shape, p = _read(words, at + 2, r)
-        strides = []
-        for _ in range(n_extra):
-            st, p = _read(words, p, r)
-            strides.append(tuple(st))
-        n_code = int(words[p])
-        code, p = _read(words, p + 1, n_code)
-        return Epilogue(tuple(shape), tuple(strides), tuple(code)), p
+        strides, code, p = _unpack_extras(words, p, n_extra, r)
+        return Epilogue(tuple(shape), strides, code), p
 
     def apply(self, acc: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
         """The epilogue over float32 ``acc`` and the extra inputs' values (broadcasting)."""
-        if not self.code:
-            return acc
-        return run_bytecode(list(self.code), [acc, *extras])
+        return _apply_code(self.code, acc, extras)
 
 
 NO_EPILOGUE = Epilogue()
@@ -386,29 +397,17 @@ class Prologue:
         return not self.code and not self.strides
 
     def pack(self) -> list[int]:
-        words = [len(self.strides)]
-        for s in self.strides:
-            words += list(s)
-        return words + [len(self.code), *self.code]
+        return [len(self.strides), *_pack_extras(self.strides, self.code)]
 
     @staticmethod
     def unpack(words: np.ndarray, at: int, rank: int) -> tuple["Prologue", int]:
         """The prologue at word ``at`` of a MATMUL block of output rank ``rank``, and the word after it."""
-        n_extra = int(words[at])
-        p = at + 1
-        strides = []
-        for _ in range(n_extra):
-            st, p = _read(words, p, rank + 1)
-            strides.append(tuple(st))
-        n_code = int(words[p])
-        code, p = _read(words, p + 1, n_code)
-        return Prologue(tuple(strides), tuple(code)), p
+        strides, code, p = _unpack_extras(words, at + 1, int(words[at]), rank + 1)
+        return Prologue(strides, code), p
 
     def apply(self, a: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
         """The prologue over float32 ``a`` and the extra inputs' values (broadcasting)."""
-        if not self.code:
-            return a
-        return run_bytecode(list(self.code), [a, *extras])
+        return _apply_code(self.code, a, extras)
 
 
 NO_PROLOGUE = Prologue()
