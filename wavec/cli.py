@@ -188,36 +188,32 @@ def cmd_compile(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from wavec.frontends.onnx import import_onnx
-
     zoo_model = _zoo_model(args)
     if zoo_model is not None:
         from wavec.frontends.builder.lower import ir_text
 
         target = _check_output_file(args.output) if args.output is not None else None
-        text = ir_text(zoo_model)
-        if target is None:
-            sys.stdout.write(text)
-        else:
-            write_atomically(target, lambda f: f.write(text), binary=False)
-            print(f"wrote {target}: wave IR of {args.model} (weights not included)", file=sys.stderr)
-        return 0
-    options = _frontend_options(args)
-    _check_model(args.model)
-    target = _check_output_file(args.output) if args.output is not None else None
-    graph = import_onnx(args.model, **options)
-    n_weights = len(graph.weights)
-    n_bytes = sum(int(w.size) * 4 for w in graph.weights.values())
-    header = (
-        f"// wave IR of {Path(args.model).name} (wavec import): one session, one beat. Weights are not included: "
-        f"the {n_weights} wave.weight ops ({n_bytes:,} bytes) name them only; compile the .onnx to get a runnable profile.\n"
-    )
-    text = header + str(graph.module) + "\n"
+        text, what = ir_text(zoo_model), f"wave IR of {args.model} (weights not included)"
+    else:
+        from wavec.frontends.onnx import import_onnx
+
+        options = _frontend_options(args)
+        _check_model(args.model)
+        target = _check_output_file(args.output) if args.output is not None else None
+        graph = import_onnx(args.model, **options)
+        n_weights = len(graph.weights)
+        n_bytes = sum(int(w.size) * 4 for w in graph.weights.values())
+        header = (
+            f"// wave IR of {Path(args.model).name} (wavec import): one session, one beat. Weights are not included: "
+            f"the {n_weights} wave.weight ops ({n_bytes:,} bytes) name them only; compile the .onnx to get a runnable profile.\n"
+        )
+        text = header + str(graph.module) + "\n"
+        what = f"wave IR of {Path(args.model).name} ({n_weights} weights not included)"
     if target is None:
         sys.stdout.write(text)
     else:
         write_atomically(target, lambda f: f.write(text), binary=False)
-        print(f"wrote {target}: wave IR of {Path(args.model).name} ({n_weights} weights not included)", file=sys.stderr)
+        print(f"wrote {target}: {what}", file=sys.stderr)
     return 0
 
 
