@@ -14,13 +14,14 @@ from wavec.frontends.onnx import import_onnx
 SESSIONS = 3
 
 
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+def onnx_model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    """An opset-17 float32 model of ``nodes``: inputs and outputs as (name, shape), initializers by name."""
     graph = helper.make_graph(
         nodes,
         "epilogue",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
-        [numpy_helper.from_array(v.astype(np.float32), n) for n, v in inits.items()],
+        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -54,7 +55,7 @@ def _conv1d_ref(x, w, b, pad):
 def test_matmul_bias_relu_epilogue_matches_float64():
     rng = np.random.default_rng(1)
     w, b = rng.standard_normal((16, 24)), rng.standard_normal(24)
-    model = _model(
+    model = onnx_model(
         [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
          helper.make_node("Relu", ["a"], ["y"])],
         [("x", [5, 16])], [("y", [5, 24])], {"w": w, "b": b},
@@ -74,7 +75,7 @@ def test_matmul_bias_relu_epilogue_matches_float64():
 def test_conv_sigmoid_epilogue_matches_float64(bias):
     rng = np.random.default_rng(2)
     w, b = rng.standard_normal((6, 4, 3)), rng.standard_normal(6)
-    model = _model(
+    model = onnx_model(
         [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], pads=[1, 1]),
          helper.make_node("Sigmoid", ["c"], ["y"])],
         [("x", [1, 4, 10])], [("y", [1, 6, 10])], {"w": w, **({"b": b} if bias else {})},
@@ -93,7 +94,7 @@ def test_conv_residual_epilogue_reads_a_per_session_input():
     """A residual add of another runtime input: a per-session epilogue input (after wave-cohort)."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((4, 4, 3))
-    model = _model(
+    model = onnx_model(
         [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]), helper.make_node("Add", ["c", "r"], ["a"]),
          helper.make_node("Tanh", ["a"], ["y"])],
         [("x", [1, 4, 8]), ("r", [4, 1])], [("y", [1, 4, 8])], {"w": w},
@@ -132,14 +133,14 @@ def test_cuda_epilogues_match_the_interpreter():
         pytest.skip("no CUDA GPU with cuda-bindings here")
     rng = np.random.default_rng(4)
     models = [
-        (_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+        (onnx_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
                  helper.make_node("Relu", ["a"], ["y"])],
                 [("x", [5, 16])], [("y", [5, 24])],
                 {"w": rng.standard_normal((16, 24)), "b": rng.standard_normal(24)}), {"x": (5, 16)}),
-        (_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1]), helper.make_node("Sigmoid", ["c"], ["y"])],
+        (onnx_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1]), helper.make_node("Sigmoid", ["c"], ["y"])],
                 [("x", [1, 4, 10])], [("y", [1, 6, 10])],
                 {"w": rng.standard_normal((6, 4, 3)), "b": rng.standard_normal(6)}), {"x": (1, 4, 10)}),
-        (_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]), helper.make_node("Add", ["c", "r"], ["a"]),
+        (onnx_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]), helper.make_node("Add", ["c", "r"], ["a"]),
                  helper.make_node("Tanh", ["a"], ["y"])],
                 [("x", [1, 4, 8]), ("r", [4, 1])], [("y", [1, 4, 8])], {"w": rng.standard_normal((4, 4, 3))}),
          {"x": (1, 4, 8), "r": (4, 1)}),

@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
+from test_epilogue import onnx_model
 from wavec.driver import compile_graph, default_pipeline
 from wavec.frontends.onnx import import_onnx
 
@@ -18,24 +19,13 @@ WORKERS = 4
 T, D, H = 5, 16, 12  # rows per session, features (k), matmul outputs
 
 
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes,
-        "prologue",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
-        [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def layer_norm_model(rng, bias: bool = False, rows: int = T) -> onnx.ModelProto:
     """LayerNormalization (opset 17, last axis) then MatMul."""
     inits = {"g": rng.standard_normal(D), "w": rng.standard_normal((D, H))}
     if bias:
         inits["b"] = rng.standard_normal(D)
     ln = helper.make_node("LayerNormalization", ["x", "g", "b"] if bias else ["x", "g"], ["n"], epsilon=1e-5)
-    return _model([ln, helper.make_node("MatMul", ["n", "w"], ["y"])], [("x", [rows, D])], [("y", [rows, H])], inits)
+    return onnx_model([ln, helper.make_node("MatMul", ["n", "w"], ["y"])], [("x", [rows, D])], [("y", [rows, H])], inits)
 
 
 def rms_norm_model(rng, rows: int = T) -> onnx.ModelProto:
@@ -50,7 +40,7 @@ def rms_norm_model(rng, rows: int = T) -> onnx.ModelProto:
         helper.make_node("MatMul", ["n", "w"], ["y"]),
     ]
     inits = {"g": rng.standard_normal(D), "w": rng.standard_normal((D, H)), "two": np.array(2.0), "eps": np.array(1e-6)}
-    return _model(nodes, [("x", [rows, D])], [("y", [rows, H])], inits)
+    return onnx_model(nodes, [("x", [rows, D])], [("y", [rows, H])], inits)
 
 
 def _compile(model: onnx.ModelProto, prologues: bool = True):
@@ -121,7 +111,7 @@ def test_prologue_on_shared_a_with_per_session_input_is_split_by_cohort():
     weights shared, turns it back into a per-session ewise (the matmul then reads a per-session a)."""
     rng = np.random.default_rng(10)
     w1, w2 = rng.standard_normal((4, 8)), rng.standard_normal((8, 3))
-    model = _model(
+    model = onnx_model(
         [helper.make_node("Mul", ["w1", "r"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["y"])],
         [("r", [4, 1])], [("y", [4, 3])], {"w1": w1, "w2": w2},
     )
