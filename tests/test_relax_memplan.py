@@ -51,7 +51,6 @@ def test_tile_granularity_frees_the_stft_halves():
     assert tile == tile_bound < op
 
 
-@pytest.mark.skipif(not tvm_available(), reason="apache-tvm not installed")
 def test_silero_peak_beats_relax_static_plan(silero_profile, tmp_path, capsys):
     act = activation_report(silero_profile.meta, compare_relax=True)
     relax = act["relax_static_plan_bytes"]
@@ -63,7 +62,6 @@ def test_silero_peak_beats_relax_static_plan(silero_profile, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["activation"]["relax_static_plan_bytes"] == relax
 
 
-@pytest.mark.skipif(not tvm_available(), reason="apache-tvm not installed")
 def test_relax_reuses_whole_tokens_in_program_order():
     """A chain x -> a -> b -> c -> d of equal tensors: Relax ping-pongs two storage tokens."""
     tensors = [{"name": "x", "arena": "input", "bytes": 256, "session_stride": 256},
