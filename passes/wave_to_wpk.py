@@ -28,6 +28,7 @@ from xdsl.utils.exceptions import PassFailedException
 from wavec.analysis.cost import flops_per_element
 from wavec.dialects import wave, wpk
 from wavec.opcodes import (
+    GEMM_COLS,
     MAX_INPUTS,
     REDUCE_KINDS,
     Expr,
@@ -94,6 +95,39 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple
     ]
 
 
+def weight_gemm_tiles(sessions: int, rows: int, cols: int, k: int, workers: int,
+                      min_cols: int) -> list[tuple[int, int, int, int]]:
+    """(s0, s1, e0, e1) tiles of a MATMUL whose b is one weight shared by the cohort: each tile is a range of
+    sessions times a column range of one output row (columns in multiples of GEMM_COLS, never under
+    ``min_cols``), so a task reads its K x columns weight slice once for all its sessions.
+
+    The split minimizes waves x bytes per tile: a tile of s sessions and c columns reads 4·K·(c + s) bytes
+    (its weight slice and its sessions' rows of a) and writes 4·s·c; waves = ceil(tiles / workers). Splitting
+    only sessions reads the whole weight once per tile; splitting only columns reads every session's row
+    of a once per tile; the best split balances the two. Rows beyond the workers fall back to whole rows."""
+    if rows > workers:
+        return [(s0, s1, r0 * cols, r1 * cols) for s0, s1, r0, r1 in tiles(sessions, rows, workers, 1)]
+    units = math.ceil(cols / GEMM_COLS)
+    min_units = max(1, math.ceil(min_cols / GEMM_COLS))
+    best = None
+    for s_chunks in range(1, min(sessions, workers) + 1):
+        s_per = math.ceil(sessions / s_chunks)
+        n_s = math.ceil(sessions / s_per)
+        c_chunks = max(1, min(units // min_units, workers // (n_s * rows)))
+        c_per = math.ceil(units / c_chunks) * GEMM_COLS
+        n_tiles = n_s * rows * math.ceil(cols / c_per)
+        cost = (math.ceil(n_tiles / workers) * 4 * (k * (c_per + s_per) + s_per * c_per), n_tiles)
+        if best is None or cost < best[0]:
+            best = (cost, s_per, c_per)
+    _, s_per, c_per = best
+    return [
+        (s, min(s + s_per, sessions), r * cols + c, r * cols + min(c + c_per, cols))
+        for s in range(0, sessions, s_per)
+        for r in range(rows)
+        for c in range(0, cols, c_per)
+    ]
+
+
 def _user_shape(shape: tuple[int, ...], cohort_axis: int) -> list[int]:
     """One session's shape as the runtime shows it: the model's size-1 cohort axis dropped."""
     return [d for i, d in enumerate(shape) if i != cohort_axis] if cohort_axis >= 0 else list(shape)
@@ -149,9 +183,15 @@ class _Lowering:
                 continue
             min_elems = max(self.min_elems, self.min_work // max(1, flops_per_element(params)))
             shared = wpk.TaskOp.operand_properties(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), words)
-            for s0, s1, e0, e1 in tiles(sessions, params.n_elems, self.workers, min_elems):
+            for s0, s1, e0, e1 in self.tiles(params, ins, sessions, min_elems):
                 tasks.append(wpk.TaskOp.tile(shared, (s0, s1), (e0, e1)))
         return wpk.PhaseOp(name, op, tasks)
+
+    def tiles(self, params, ins: list[Loc], sessions: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+        if isinstance(params, MatmulParams) and not ins[1].per_session:
+            cols = params.shape[-1]
+            return weight_gemm_tiles(sessions, params.n_elems // cols, cols, params.k, self.workers, min_elems)
+        return tiles(sessions, params.n_elems, self.workers, min_elems)
 
     def ewise_part(self, expr: str, ins: list[Loc], out: Loc, shape: tuple[int, ...]) -> tuple:
         """EWISE over iteration shape `shape` (full, cohort axis first when `out` is per session)."""

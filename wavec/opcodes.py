@@ -26,6 +26,9 @@ import numpy as np
 MAX_INPUTS = 4
 OUT = 4
 ELEM_BYTES = 4
+# Columns: a weight MATMUL's tiles start and end at multiples of this, so a body may load a weight row
+# 16 bytes (one float4) at a time.
+GEMM_COLS = 4
 
 
 class Arena(enum.IntEnum):

@@ -1,9 +1,9 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4}' --verify-diagnostics | filecheck %s
 
 // A state is reset (select on the session's flag) before the graph, written back after it; the
-// output is copied into the output arena. Two sessions on four workers: the matmul (128 FLOPs per
-// output) is split into two element tiles per session so that four tasks fill the workers; the copies,
-// at no arithmetic per element, stay one tile per session.
+// output is copied into the output arena. Two sessions on four workers: the matmul reads a weight shared
+// by the cohort, so its tiles keep both sessions and split the 512 columns in four (each weight slice is
+// read once for the cohort); the copies, at no arithmetic per element, stay one tile per session.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @rnn_step() {
     %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x64xf32>
@@ -23,14 +23,35 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "reset_h" attributes {op = "wave.state"} {
 // CHECK-COUNT-2: wpk.task "ewise" {inputs = ["reset", "init.h", "s.h"]
 // CHECK:       wpk.phase "matmul_3" attributes {op = "wave.matmul"} {
-// CHECK-NEXT:    wpk.task "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 1>, elems = array<i64: 0, 256>
-// CHECK-NEXT:    wpk.task "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 1>, elems = array<i64: 256, 512>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 1, 2>, elems = array<i64: 0, 256>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 1, 2>, elems = array<i64: 256, 512>
+// CHECK-NEXT:    wpk.task "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 0, 128>
+// CHECK-NEXT:    wpk.task "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 128, 256>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 256, 384>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 384, 512>
 // CHECK:       wpk.phase "ewise_4"
 // CHECK:       wpk.phase "output_y" attributes {op = "wave.output"}
 // CHECK:       wpk.phase "state_write_h" attributes {op = "wave.state_write"}
 // CHECK-NOT:   func.func
+
+// -----
+
+// A cohort of 64 against a 256 x 64 weight: splitting only columns would read all 64 sessions' rows of x
+// in every tile, splitting only sessions the whole weight in every tile; the balanced split (2 x 2)
+// reads 4 * 256 * (32 + 32) bytes per tile, the fewest.
+builtin.module attributes {wave.cohort = 64 : i64} {
+  func.func @cohort_gemm() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<64x1x256xf32>
+    %w = wave.weight "w" : tensor<256x64xf32>
+    %y = wave.matmul %x, %w : (tensor<64x1x256xf32>, tensor<256x64xf32>) -> tensor<64x1x64xf32>
+    wave.output "y", %y {cohort_axis = 0 : i64} : tensor<64x1x64xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "matmul_2"
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 32>, elems = array<i64: 0, 32>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 32>, elems = array<i64: 32, 64>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 32, 64>, elems = array<i64: 0, 32>
+// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 32, 64>, elems = array<i64: 32, 64>
+// CHECK-NEXT:  }
 
 // -----
 
