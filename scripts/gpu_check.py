@@ -2,7 +2,7 @@
 """One command for the GPU machine: build, check and time the persistent kernel of saved profiles.
 
     python3 scripts/gpu_check.py PROFILE_DIR... [--builtin 5 300 4096] [--beats 300] [--warmup 50]
-                                 [--check-beats 3] [--json results.json] [--bytecode]
+                                 [--check-beats 3] [--json results.json] [--bytecode] [--generic-matmul]
 
 For each profile (a directory written by `wavec compile`, or the tests' built-in program at the given
 cohort sizes): build the cubin with nvcc (cached), run ``--check-beats`` beats with random frames and
@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import re
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -109,13 +111,13 @@ def generated_bits_equal(session, profile) -> bool:
     return True
 
 
-def kernel_for(profile, bytecode: bool) -> str:
-    """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies."""
+def kernel_for(profile, bytecode: bool, generic_matmul: bool = False) -> str:
+    """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies; with
+    ``generic_matmul``, without the cohort GEMM body."""
     from wavec.targets.cuda import codegen, runtime
 
-    if not bytecode:
-        return runtime.kernel_source(profile)
-    return codegen.generate_kernel({**profile.meta, "ewise_bodies": []})
+    source = codegen.generate_kernel({**profile.meta, "ewise_bodies": []}) if bytecode else runtime.kernel_source(profile)
+    return codegen.without_cohort_gemm(source) if generic_matmul else source
 
 
 def check_profile(label: str, profile, args) -> dict:
@@ -126,7 +128,7 @@ def check_profile(label: str, profile, args) -> dict:
     row = {"profile": label, "sessions": profile.sessions, "workers": int(profile.meta["workers"]),
            "tasks": int(len(profile.payloads))}
     t0 = time.perf_counter()
-    source = kernel_for(profile, args.bytecode)
+    source = kernel_for(profile, args.bytecode, args.generic_matmul)
     row["tvm"] = generated_ewise(profile, source)
     cubin = build_cubin(source)
     row["build_s"] = round(time.perf_counter() - t0, 2)
@@ -189,18 +191,38 @@ def print_row(row: dict | None) -> None:
     print("  ".join(cells), flush=True)
 
 
+def prebuild(jobs: list, args) -> dict:
+    """Loads every profile and builds all their cubins at once (nvcc is single-threaded; the machine has
+    many cores), so check_profile finds them in the build cache. {label: profile, or the exception}."""
+    from wavec.targets.cuda.build import build_cubin
+
+    profiles = {}
+    for label, make in jobs:
+        try:
+            profiles[label] = make()
+        except Exception as e:  # noqa: BLE001 - check_profile's loop reports it
+            profiles[label] = e
+    sources = [kernel_for(p, args.bytecode, args.generic_matmul) for p in profiles.values() if not isinstance(p, Exception)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for future in [pool.submit(build_cubin, src) for src in sources]:
+            future.exception()  # a failed build fails again, with its message, in check_profile
+    return profiles
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="*", help="profile directories")
     ap.add_argument("--builtin", type=int, nargs="*", default=[], metavar="SESSIONS",
-                    help="also check the tests' built-in programs (tests/test_cuda.py: the four-opcode one and the "
-                         "matmul-prologue one) at these cohort sizes")
+                    help="also check the tests' built-in programs (tests/test_cuda.py: the four-opcode one, the "
+                         "matmul-prologue one and its cohort-GEMM size) at these cohort sizes")
     ap.add_argument("--beats", type=int, default=300, help="timed beats (default 300)")
     ap.add_argument("--warmup", type=int, default=50, help="untimed beats first (default 50)")
     ap.add_argument("--check-beats", type=int, default=3,
                     help="beats compared with the interpreter (default 3; 0 skips the comparison)")
     ap.add_argument("--tol", type=float, default=1e-4, help="max |cuda - interp| that passes (default 1e-4)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--generic-matmul", action="store_true",
+                    help="regenerate each kernel without the cohort GEMM body (the generic MATMUL body runs every matmul)")
     ap.add_argument("--bytecode", action="store_true",
                     help="regenerate each kernel without its generated EWISE bodies (the bytecode interpreter runs them)")
     args = ap.parse_args(argv)
@@ -214,17 +236,23 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(str(p), lambda p=p: load(p)) for p in args.profiles]
     if args.builtin:
         sys.path.insert(0, str(ROOT / "tests"))
-        from test_cuda import build_prologue_profile, build_test_profile
+        from test_cuda import COHORT_GEMM, build_prologue_profile, build_test_profile
 
         jobs += [(f"builtin:{n}", lambda n=n: build_test_profile(sessions=n)[0]) for n in args.builtin]
         jobs += [(f"builtin-prologue:{n}", lambda n=n: build_prologue_profile(sessions=n)[0]) for n in args.builtin]
+        jobs += [(f"builtin-cohort-gemm:{n}", lambda n=n: build_prologue_profile(sessions=n, dims=COHORT_GEMM)[0])
+                 for n in args.builtin]
     if not jobs:
         ap.error("give profile directories or --builtin SESSIONS")
+    profiles = prebuild(jobs, args)
     rows, failed = [], 0
     print_row(None)
-    for label, make in jobs:
+    for label, _ in jobs:
         try:
-            row = check_profile(label, make(), args)
+            profile = profiles[label]
+            if isinstance(profile, Exception):
+                raise profile
+            row = check_profile(label, profile, args)
         except Exception as e:  # noqa: BLE001 - report and go on with the next profile
             traceback.print_exc()
             row = {"profile": label, "error": f"{type(e).__name__}: {e}", "ok": False}

@@ -107,18 +107,24 @@ def build_test_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
     return pb.build(), weights
 
 
-PROLOGUE = dict(rows=3, k=40, n=6, eps=1e-5)
+PROLOGUE = dict(rows=3, k=40, n=6, eps=1e-5, tiles=[(0, 7), (7, 13), (13, 18)])
+# The same program at the size of a weight-streaming matmul: W is 1.1 MB, so the kernel carries the cohort
+# GEMM body (codegen.COHORT_GEMM_MIN_WEIGHT_BYTES). Its tiles: part of row 0 on GEMM_COLS bounds (the cohort
+# GEMM), two unaligned parts of row 0 (the generic body), rows 1-2 whole (the cohort GEMM over 2 rows per
+# session); K = 1100 is staged in two chunks.
+COHORT_GEMM = dict(rows=3, k=1100, n=256, eps=1e-5, tiles=[(0, 128), (128, 254), (254, 256), (256, 768)])
 
 
-def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
+def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0, dims: dict = PROLOGUE):
     """An RMS norm folded into the matmul that reads it (a MATMUL prologue, wavec.opcodes.Prologue), as
     wave-fuse produces it; `prologue_reference` computes the same in numpy.
 
     Per session and beat: ss[t] = sum_k x[t, k]^2 (REDUCE);  y = tanh(prologue(x) @ W) with
     prologue(x)[t, k] = x[t, k] * rsqrt(ss[t] / K + eps) * g[k] (a per-row and a per-k extra: all four input
-    slots), the matmul in three tiles on three workers (K = 40 splits over lanes, odd tails included).
+    slots), the matmul in ``dims["tiles"]`` on the workers in turn (PROLOGUE: K = 40 splits over lanes, odd
+    tails included; COHORT_GEMM: see there).
     """
-    rows, k, n, eps = PROLOGUE["rows"], PROLOGUE["k"], PROLOGUE["n"], PROLOGUE["eps"]
+    rows, k, n, eps = dims["rows"], dims["k"], dims["n"], dims["eps"]
     rng = np.random.default_rng(seed)
     pb = ProfileBuilder(sessions=sessions, workers=workers, model="cuda-prologue")
     x = pb.input("x", (rows, k))
@@ -132,7 +138,7 @@ def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
                    code=code(f"mul(mul(%0, reciprocal(sqrt(add(mul(%1, {1.0 / k!r}), {eps!r})))), %2)"))
     mm = MatmulParams((rows, n), k, (n, 1), (k, 0, 1), (0, 1, n), Epilogue((rows, n), (), code("tanh(%0)")), pro)
     done = pb.counter()
-    for i, (e0, e1) in enumerate([(0, 7), (7, 13), (13, rows * n)]):
+    for i, (e0, e1) in enumerate(dims["tiles"]):
         pb.task(mm, [x, w, ss, g], y, worker=i % workers, elems=(e0, e1), waits=[(done_ss, 1)], signal=done)
     return pb.build(), weights
 
@@ -140,7 +146,7 @@ def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
 def prologue_reference(weights: dict, frames: dict) -> dict[str, np.ndarray]:
     """The prologue program in float64 numpy."""
     x = frames["x"].astype(np.float64)  # [beats, sessions, rows, k]
-    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + PROLOGUE["eps"])
+    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + PROLOGUE["eps"])  # COHORT_GEMM's eps is the same
     return {"y": np.tanh((x * rstd * weights["g"].astype(np.float64)) @ weights["W"].astype(np.float64))}
 
 
@@ -326,24 +332,38 @@ def test_cuda_matches_interp_and_reference(sessions):
     assert max_err(got, reference(weights, frames, reset)) <= 1e-4
 
 
-def test_prologue_profile_interp_matches_reference():
-    """The hand-built prologue program on the interpreter (what the GPU test below compares against)."""
+@pytest.mark.parametrize("dims", [PROLOGUE, COHORT_GEMM], ids=["generic", "cohort-gemm"])
+def test_prologue_profile_interp_matches_reference(dims):
+    """The hand-built prologue programs on the interpreter (what the GPU test below compares against)."""
     from wavec.targets.interp import run_beats as interp_run
     from wavec.verify import verify_profile
 
-    profile, weights = build_prologue_profile()
+    profile, weights = build_prologue_profile(dims=dims)
     verify_profile(profile)
     frames, reset = random_run(profile, 2)
     assert max_err(interp_run(profile, frames, reset), prologue_reference(weights, frames)) <= 1e-5
 
 
+def test_cohort_gemm_profile_carries_the_body():
+    """The large variant streams a 1.1 MB weight, so its kernel has the cohort GEMM switched on; the small
+    one's has it off (codegen.COHORT_GEMM_MIN_WEIGHT_BYTES)."""
+    from wavec.targets.cuda import codegen
+
+    big, _ = build_prologue_profile(dims=COHORT_GEMM)
+    assert big.meta["max_matmul_weight_bytes"] == 4 * 1100 * 256
+    assert codegen.COHORT_GEMM_SWITCH.format("true") in codegen.generate_kernel(big.meta)
+    small, _ = build_prologue_profile()
+    assert codegen.COHORT_GEMM_SWITCH.format("false") in codegen.generate_kernel(small.meta)
+
+
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("dims", [PROLOGUE, COHORT_GEMM], ids=["generic", "cohort-gemm"])
 @pytest.mark.parametrize("sessions", [5, 300])
-def test_cuda_prologue_matches_interp_and_reference(sessions):
+def test_cuda_prologue_matches_interp_and_reference(sessions, dims):
     from wavec.targets.interp import run_beats as interp_run
 
-    profile, weights = build_prologue_profile(sessions=sessions)
+    profile, weights = build_prologue_profile(sessions=sessions, dims=dims)
     frames, reset = random_run(profile, 3)
     got = profile.run(frames, backend="cuda", reset=reset)
     want = interp_run(profile, frames, reset)

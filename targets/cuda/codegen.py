@@ -30,7 +30,7 @@ import math
 import re
 from string import Template
 
-from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
+from wavec.opcodes import BINARY, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
 PROTOCOL = 6  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
@@ -156,6 +156,21 @@ def ewise_generated_source(meta: dict) -> str:
     return "\n".join(lines)
 
 
+COHORT_GEMM_SWITCH = "constexpr bool kCohortGemm = {};"
+# A kernel carries the cohort GEMM body when a MATMUL streams a weight matrix at least this large
+# (profile.json max_matmul_weight_bytes). Measured on the H200: with 16 MiB matrices (bench/gemm.py) the body
+# is 2-6x faster than the generic one; in Silero (256 KiB matrices, K = 128) merely carrying it slowed the
+# beat from 381.9 to 441.7 us at 64 sessions (its conv phases, not its matmuls, got slower), so small
+# weights keep the generic body and a kernel without the body.
+COHORT_GEMM_MIN_WEIGHT_BYTES = 1 << 20
+
+
+def without_cohort_gemm(source: str) -> str:
+    """``source`` (a generated kernel) with the cohort GEMM body switched off: every MATMUL then runs the
+    generic dot-product body. For an A/B of one profile's kernel, generated bodies and all."""
+    return source.replace(COHORT_GEMM_SWITCH.format("true"), COHORT_GEMM_SWITCH.format("false"), 1)
+
+
 def generate_kernel(profile_meta: dict) -> str:
     """The CUDA C source of the persistent kernel for ``profile_meta`` (profile.json's content)."""
     meta = profile_meta
@@ -173,6 +188,9 @@ def generate_kernel(profile_meta: dict) -> str:
         "block_threads": BLOCK_THREADS,
         "stack_depth": STACK_DEPTH,
         "max_inputs": MAX_INPUTS,
+        "gemm_cols": GEMM_COLS,
+        "cohort_gemm_switch": COHORT_GEMM_SWITCH.format(
+            "true" if int(meta.get("max_matmul_weight_bytes", 0)) >= COHORT_GEMM_MIN_WEIGHT_BYTES else "false"),
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -674,6 +692,259 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
   if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
+// The cohort GEMM: a MATMUL whose b is one weight shared by the whole cohort (session stride 0) and contiguous
+// along the output's last dim n. The tile's outputs then form an M x C block: M = (session, row) pairs, C a
+// column range common to all of them. A thread owns kGemmCols adjacent columns (one 16-byte weight load per
+// k) for ROWS rows of M (each weight value loaded once, used ROWS times from registers, instead of once per
+// output as in matmul_body) and a slice of k; the slices are summed through shared memory. a, after its
+// prologue, is staged in shared memory for the pass's rows. A pass covers `width` column groups x `blocks`
+// x ROWS rows; ROWS is 1, 2, 4 or 8 (the fewest that cover the rows left, so one session wastes nothing).
+// cohort_gemm_body returns false, with nothing written, when the task is not of that form (matmul_body runs it).
+$cohort_gemm_switch  // false: the generic body runs every MATMUL (an A/B: without_cohort_gemm)
+constexpr int kGemmCols = $gemm_cols;      // adjacent columns per thread: one float4 of a weight row (GEMM_COLS)
+constexpr int kGemmMaxRows = 8;            // register accumulators per column
+constexpr int kGemmMinSlices = 8;          // k slices a pass keeps, for weight loads in flight
+constexpr int kGemmUnroll = 8;             // weight loads a thread issues before their FMAs
+constexpr int kGemmSmemFloats = 8192;  // a's staging and the slices' partial sums (32 KB)
+constexpr int kGemmRoundRows = kGemmSmemFloats / (kBlockThreads * kGemmCols);  // rows of partial sums at a time
+constexpr int kGemmPassRows = 8 * kGemmMaxRows;  // most rows a pass takes: a's staging keeps >= 128 values of k
+static_assert(kGemmCols == 4, "a thread's columns are one float4");
+static_assert(kGemmRoundRows >= 1, "the partial sums of one row fit in shared memory");
+
+// The offsets of flat output element e under a matmul's strides over the output's dims.
+__device__ __forceinline__ long long strided_offset(long long e, int rank, const long long* shape,
+                                                    const long long* strides) {
+  long long off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    off += (e % shape[d]) * strides[d];
+    e /= shape[d];
+  }
+  return off;
+}
+
+
+// Where one row of a cohort GEMM pass reads: a at k = 0 (null past M) and each prologue extra.
+struct GemmRow {
+  const float* a;
+  const float* extra[kMaxPrologueExtras];
+};
+
+// One cohort GEMM task, parsed once.
+struct GemmTile {
+  int rank;
+  const long long *shape, *out_strides, *a_strides;
+  long long K, N, ak, bk, row0, rows, col0, M;
+  unsigned session_begin;
+  OperandView a, out;
+  const float* pb;  // b at (k = 0, column col0)
+  Prologue pro;
+  Epilogue ep;
+  float* smem;
+  GemmRow* row_table;  // shared: the pass's rows
+  bool vector_rows;    // every row of a starts 16-byte aligned (a's session stride and row strides allow it)
+
+  __device__ GemmTile(const Payload& t, const long long* p, char* const* arena_base, const Prologue& pro_,
+                      const long long* b_strides, long long row0_, long long rows_, long long col0_, float* smem_,
+                      GemmRow* row_table_)
+      : rank((int)p[1]), shape(p + 2), out_strides(p + 3 + rank), a_strides(out_strides + rank),
+        K(shape[rank]), N(shape[rank - 1]), ak(a_strides[rank]), bk(b_strides[rank]), row0(row0_), rows(rows_),
+        col0(col0_), M((long long)(t.session_end - t.session_begin) * rows_), session_begin(t.session_begin),
+        a(operand(t, arena_base, 0)), out(operand(t, arena_base, kOutSlot)),
+        pb(operand(t, arena_base, 1).at(0, strided_offset(row0_ * shape[rank - 1], rank, shape, b_strides) + col0_)),
+        pro(pro_), ep(t, arena_base, pro_.end, 2 + pro_.n_extra), smem(smem_), row_table(row_table_) {
+    bool aligned = reinterpret_cast<uintptr_t>(a.base) % 16 == 0 && a.sstride % 16 == 0;
+    for (int d = 0; d < rank - 1; ++d) aligned = aligned && a_strides[d] % 4 == 0;
+    vector_rows = aligned;
+  }
+
+  __device__ __forceinline__ unsigned session(long long m) const { return session_begin + (unsigned)(m / rows); }
+  __device__ __forceinline__ long long row_elem(long long m) const { return (row0 + m % rows) * N; }
+
+  // Points rows[r] at a's row m0 + r (k = 0) and its prologue extras, for r < n_rows (null past M).
+  __device__ void locate_rows(long long m0, int n_rows, GemmRow* rows_out) const {
+    for (int r = threadIdx.x; r < n_rows; r += blockDim.x) {
+      GemmRow& row = rows_out[r];
+      const long long m = m0 + r;
+      row.a = nullptr;
+      if (m >= M) continue;
+      const long long e = row_elem(m);
+      const unsigned s = session(m);
+      row.a = a.at(s, strided_offset(e, rank, shape, a_strides));
+#pragma unroll
+      for (int j = 0; j < kMaxPrologueExtras; ++j)
+        row.extra[j] = j < pro.n_extra ? pro.extra[j].at(s, strided_offset(e, rank, shape, pro.strides + j * (rank + 1)))
+                                       : nullptr;
+    }
+  }
+
+  // Stages a[row r, k0 .. k0 + kn) for r < n_rows into smem[r * kn + kk], through the prologue (0 past M).
+  // All threads load, several values in flight each: 16 bytes at a time when a is contiguous in k.
+  __device__ void stage_a(const GemmRow* rows_in, int n_rows, long long k0, int kn, bool& error) const {
+    const int total = n_rows * kn;
+    if (pro.n_code == 0 && ak == 1 && kn % 4 == 0 && k0 % 4 == 0 && vector_rows) {
+      const int kn4 = kn / 4;
+      float4* dst = reinterpret_cast<float4*>(smem);
+      for (int i = threadIdx.x; i < total / 4; i += blockDim.x) {
+        const float* src = rows_in[i / kn4].a;
+        dst[i] = src ? __ldg(reinterpret_cast<const float4*>(src + k0) + i % kn4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      return;
+    }
+#pragma unroll 4
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+      const GemmRow& row = rows_in[i / kn];
+      const long long k = k0 + i % kn;
+      float v = 0.0f;
+      if (row.a) {
+        v = row.a[k * ak];
+        if (pro.n_code != 0) {
+          float vals[kMaxInputs] = {};
+          vals[0] = v;
+#pragma unroll
+          for (int j = 0; j < kMaxPrologueExtras; ++j)
+            if (j < pro.n_extra) vals[j + 1] = row.extra[j][k * pro.strides[j * (rank + 1) + rank]];
+          v = run_code(pro.code, pro.n_code, vals, error);
+        }
+      }
+      smem[i] = v;
+    }
+  }
+
+  // Rows m0 .. m0 + blocks * ROWS of column groups g0 .. g0 + width.
+  template <int ROWS>
+  __device__ void pass(unsigned g0, unsigned width, long long m0, unsigned blocks, bool& error) const {
+    const unsigned gl = threadIdx.x % width, block = (threadIdx.x / width) % blocks;
+    const unsigned slice = threadIdx.x / (width * blocks), slices = blockDim.x / (width * blocks);
+    const int pass_rows = (int)(blocks * ROWS);
+    const long long chunk = kGemmSmemFloats / pass_rows;
+    const float4* wcol = reinterpret_cast<const float4*>(pb + (long long)(g0 + gl) * kGemmCols);
+    const long long wstep = bk / kGemmCols;
+    float acc[ROWS][kGemmCols] = {};
+    __syncthreads();  // smem and the row table are free (the previous pass or task is done with them)
+    locate_rows(m0, pass_rows, row_table);
+    for (long long k0 = 0; k0 < K; k0 += chunk) {
+      const int kn = (int)min(chunk, K - k0);
+      __syncthreads();  // the row table is written; smem is free (the previous chunk is done with it)
+      stage_a(row_table, pass_rows, k0, kn, error);
+      __syncthreads();
+      if (slice >= slices) continue;
+      const float* arow = smem + block * ROWS * kn;
+      const float4* w = wcol + k0 * wstep;
+      int kk = slice;
+      for (; kk + (kGemmUnroll - 1) * (int)slices < kn; kk += kGemmUnroll * slices) {
+        float4 wv[kGemmUnroll];
+#pragma unroll
+        for (int u = 0; u < kGemmUnroll; ++u) wv[u] = __ldg(w + (kk + u * (long long)slices) * wstep);
+#pragma unroll
+        for (int u = 0; u < kGemmUnroll; ++u) fma_rows<ROWS>(acc, wv[u], arow + kk + u * slices, kn);
+      }
+      for (; kk < kn; kk += slices) fma_rows<ROWS>(acc, __ldg(w + kk * wstep), arow + kk, kn);
+    }
+    // The slices' partial sums meet in smem, kRoundRows rows of the pass at a time. Each output's slices
+    // are summed by `lanes` threads (shuffles), so few outputs of many slices do not leave one thread
+    // walking them all.
+    constexpr int kRoundRows = ROWS < kGemmRoundRows ? ROWS : kGemmRoundRows;
+    const unsigned outputs = width * blocks * kRoundRows * kGemmCols;
+    unsigned lanes = 1;
+    while (lanes < 32 && lanes < slices && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
+    const unsigned lane = threadIdx.x % lanes;
+#pragma unroll
+    for (int r0 = 0; r0 < ROWS; r0 += kRoundRows) {
+      __syncthreads();  // smem is free
+      if (slice < slices) {
+#pragma unroll
+        for (int r = 0; r < kRoundRows; ++r)
+#pragma unroll
+          for (int c = 0; c < kGemmCols; ++c)
+            smem[(((slice * blocks + block) * kRoundRows + r) * width + gl) * kGemmCols + c] = acc[r0 + r][c];
+      }
+      __syncthreads();
+      for (unsigned o0 = 0; o0 < outputs; o0 += blockDim.x / lanes) {
+        const unsigned o = o0 + threadIdx.x / lanes;
+        const unsigned c = o % kGemmCols, g = (o / kGemmCols) % width, br = o / (kGemmCols * width);  // block, row
+        const long long m = m0 + (br / kRoundRows) * ROWS + r0 + br % kRoundRows;
+        float sum = 0.0f;
+        if (o < outputs)
+          for (unsigned sl = lane; sl < slices; sl += lanes)
+            sum += smem[((sl * blocks * kRoundRows + br) * width + g) * kGemmCols + c];
+        for (unsigned off = lanes / 2; off > 0; off /= 2) sum += __shfl_down_sync(0xffffffffu, sum, off, lanes);
+        if (o >= outputs || m >= M || lane != 0) continue;
+        const unsigned s = session(m);
+        const long long e = row_elem(m) + col0 + (long long)(g0 + g) * kGemmCols + c;
+        *out.at(s, strided_offset(e, rank, shape, out_strides)) = ep.apply(sum, s, e, error);
+      }
+    }
+  }
+
+  template <int ROWS>
+  __device__ __forceinline__ static void fma_rows(float (&acc)[ROWS][kGemmCols], float4 w, const float* a, long long kn) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const float av = a[r * kn];
+      acc[r][0] = fmaf(av, w.x, acc[r][0]);
+      acc[r][1] = fmaf(av, w.y, acc[r][1]);
+      acc[r][2] = fmaf(av, w.z, acc[r][2]);
+      acc[r][3] = fmaf(av, w.w, acc[r][3]);
+    }
+  }
+};
+
+__device__ bool cohort_gemm_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                                 unsigned* out_epoch, unsigned beat) {
+  const int rank = (int)p[1];
+  const long long* shape = p + 2;
+  const long long* a_strides = shape + 2 * rank + 1;
+  const long long* b_strides = a_strides + rank + 1;
+  const long long N = shape[rank - 1];
+  if (t.session_stride[1] != 0 || b_strides[rank - 1] != 1 || a_strides[rank - 1] != 0 || N % kGemmCols ||
+      b_strides[rank] % kGemmCols)
+    return false;
+  const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
+  if (!pro.valid()) return false;
+  for (int j = 0; j < pro.n_extra; ++j)
+    if (pro.strides[j * (rank + 1) + rank - 1] != 0) return false;
+  // The tile's columns: a part of one row, or whole rows that all read the same weight matrix.
+  const long long row0 = t.elem_begin / N, rows = (t.elem_end - 1) / N - row0 + 1;
+  long long col0 = t.elem_begin % N, col1 = (t.elem_end - 1) % N + 1;
+  if (rows > 1) {
+    if (t.elem_begin % N || t.elem_end % N) return false;
+    for (int d = 0; d < rank - 1; ++d)
+      if (b_strides[d] != 0) return false;
+    col0 = 0;
+    col1 = N;
+  }
+  if (col0 % kGemmCols || col1 % kGemmCols) return false;
+  __shared__ __align__(16) float smem[kGemmSmemFloats];
+  __shared__ GemmRow row_table[kGemmPassRows];
+  const GemmTile tile(t, p, arena_base, pro, b_strides, row0, rows, col0, smem, row_table);
+  if (reinterpret_cast<uintptr_t>(tile.pb) % 16) return false;
+
+  bool error = false;
+  const unsigned groups = (unsigned)((col1 - col0) / kGemmCols);
+  for (unsigned g0 = 0; g0 < groups; g0 += blockDim.x) {
+    const unsigned width = min(groups - g0, blockDim.x);
+    for (long long m0 = 0; m0 < tile.M;) {
+      const long long left = tile.M - m0;
+      if (left < kGemmMaxRows) {
+        const int rows_left = (int)left;
+        if (rows_left == 1) tile.pass<1>(g0, width, m0, 1, error);
+        else if (rows_left == 2) tile.pass<2>(g0, width, m0, 1, error);
+        else if (rows_left <= 4) tile.pass<4>(g0, width, m0, 1, error);
+        else tile.pass<8>(g0, width, m0, 1, error);
+        break;
+      }
+      unsigned blocks = 1;  // row blocks side by side, keeping kGemmMinSlices k slices
+      while (2 * blocks * kGemmMaxRows <= min(left, (long long)kGemmPassRows) && 2 * blocks * width * kGemmMinSlices <= blockDim.x)
+        blocks *= 2;
+      tile.pass<kGemmMaxRows>(g0, width, m0, blocks, error);
+      m0 += blocks * kGemmMaxRows;
+    }
+  }
+  __syncthreads();  // smem is free for the block's next task
+  if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+  return true;
+}
+
 // CONV (ONNX, NC + spatial, contiguous): out[n, o, y] = epilogue(bias[o] + sum x[n, g*Cg + c, y*s + k*d - p] w[o, c, k]).
 // Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp], stride[nsp],
 // pad_begin[nsp], dilation[nsp], epilogue. Inputs: x, w, bias (when has_bias), the epilogue's extras.
@@ -871,7 +1142,9 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ params,
   const long long* p = params + t.params;
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
-    case kOpMatmul: matmul_body(t, p, arena_base, out_epoch, beat); break;
+    case kOpMatmul:
+      if (!(kCohortGemm && cohort_gemm_body(t, p, arena_base, out_epoch, beat))) matmul_body(t, p, arena_base, out_epoch, beat);
+      break;
     case kOpConv:
       if (p[1] > kMaxConvSpatial) {
         if (threadIdx.x == 0) record_error(out_epoch, kErrBadOpcode, t.task, 0, t.opcode, (unsigned)p[1], beat);

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Weight-streaming GEMM: the cohort GEMM body against the generic MATMUL body, PyTorch (cuBLAS) and the floor.
+
+    python3 bench/gemm.py compile [--out .device/gemm] [--sessions 1 8 64 256] [--layers 8] [--dim 2048]
+    python3 bench/gemm.py run [--out .device/gemm] [--beats 300] [--warmup 30] [--json FILE]
+
+The model: ``layers`` bias-free fp32 linears chained (x <- x W_l, W_l dim x dim, seeded uniform weights of
+variance 1/dim), one ``dim`` frame per session per beat; every weight byte is read once per beat. ``compile``
+needs xDSL (run it here; carry --out to the GPU machine). ``run`` needs numpy, cuda-bindings, nvcc and torch:
+for each cohort size it checks the kernel's outputs against a float64 numpy chain on fresh random frames, then
+times ``--beats`` beats of
+
+- ``cohort``: the persistent kernel as compiled (the cohort GEMM body runs the matmuls);
+- ``generic``: the same profile with the cohort GEMM body compiled out (gpu_check --generic-matmul);
+- ``eager`` / ``graph``: PyTorch fp32 (TF32 off) on the same weights and frames, the whole cohort batched
+  ([S, dim] @ [dim, dim] per layer, cuBLAS), eager and replayed as one CUDA graph; wall time per beat
+  including the host's synchronize, as a beat's deadline sees it.
+
+``floor_us`` is the weight bytes over 4.2 TB/s (device copy bandwidth measured on the H200, brief), and
+``GB/s`` the weight bytes over the p50 beat. Prints one table; --json writes the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+HBM_BYTES_PER_S = 4.2e12  # device copy, measured on the H200 (the brief)
+TOLERANCE = 1e-4  # fp32: max |got - ref| / (1 + max |ref|) against the float64 chain
+
+
+def linear_stack(layers: int, dim: int):
+    """The benchmark model: ``layers`` chained bias-free linears of ``dim`` x ``dim``."""
+    from wavec.frontends.builder import Model
+
+    m = Model(f"linear_stack_{layers}x{dim}", seed=7)
+    x = m.input("x", [dim])
+    for i in range(layers):
+        x = m.matmul(x, m.weight(f"w{i}", [dim, dim], scale=(3.0 / dim) ** 0.5))
+    m.output("y", x)
+    return m
+
+
+def compile_profiles(args) -> None:
+    from wavec.driver import compile_graph
+    from wavec.frontends.builder.lower import lower_model
+
+    for s in args.sessions:
+        t0 = time.perf_counter()
+        profile = compile_graph(lower_model(linear_stack(args.layers, args.dim)), sessions=s)
+        profile.save(args.out / f"gemm-{s}")
+        print(f"gemm-{s}: {len(profile.payloads)} tasks, {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def stack_weights(profile) -> list[np.ndarray]:
+    """The layers' weight matrices, as the device generates them (wavec.weights)."""
+    from wavec.weights import from_spec
+
+    specs = {spec["name"]: spec for spec in profile.generated_weights}
+    n = int(np.sqrt(specs["w0"]["elems"]))
+    return [from_spec(specs[f"w{i}"]).materialize().reshape(n, n) for i in range(len(specs))]
+
+
+def time_cuda(profile, cubin, frames: np.ndarray, warmup: int) -> np.ndarray:
+    from wavec.targets.cuda import runtime
+
+    reset = np.zeros(profile.sessions, bool)
+    with runtime.CudaSession(profile, cubin=cubin) as session:
+        for b in range(len(frames)):
+            session.beat({"x": frames[b]}, reset if b else ~reset)
+        return np.array(session.latencies_us[warmup:])
+
+
+def time_torch(weights: list[np.ndarray], frames: np.ndarray, warmup: int) -> dict[str, np.ndarray]:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ws = [torch.from_numpy(w).cuda() for w in weights]
+    x_static = torch.from_numpy(frames[0]).cuda()
+
+    def chain(x):
+        for w in ws:
+            x = x @ w
+        return x
+
+    out = {}
+    times = []
+    for b in range(len(frames)):
+        x = torch.from_numpy(frames[b]).cuda(non_blocking=True)
+        t = time.perf_counter_ns()
+        chain(x)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter_ns() - t) / 1e3)
+    out["eager"] = np.array(times[warmup:])
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        chain(x_static)  # warm cuBLAS' workspace on the capture stream
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_static = chain(x_static)
+    times = []
+    for b in range(len(frames)):
+        x_static.copy_(torch.from_numpy(frames[b]).cuda())
+        t = time.perf_counter_ns()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter_ns() - t) / 1e3)
+    out["graph"] = np.array(times[warmup:])
+    ref = frames[-1].astype(np.float64)
+    for w in weights:
+        ref = ref @ w.astype(np.float64)
+    out["torch_err"] = float(np.max(np.abs(y_static.cpu().numpy() - ref)) / (1 + np.max(np.abs(ref))))
+    return out
+
+
+def run_profiles(args) -> list[dict]:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check import _import_wavec
+
+    _import_wavec()
+    from wavec.profile import load
+    from wavec.targets.cuda import codegen, runtime
+    from wavec.targets.cuda.build import build_cubin
+
+    profiles = [load(path) for path in sorted(args.out.glob("gemm-*"), key=lambda p: int(p.name.split("-")[1]))]
+    sources = [(runtime.kernel_source(p), codegen.without_cohort_gemm(runtime.kernel_source(p))) for p in profiles]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
+        built = list(pool.map(build_cubin, [src for pair in sources for src in pair]))
+    rows = []
+    for i, profile in enumerate(profiles):
+        weights = stack_weights(profile)
+        wbytes = sum(w.nbytes for w in weights)
+        cubins = {"cohort": built[2 * i], "generic": built[2 * i + 1]}
+        rng = np.random.default_rng(int(time.time()))
+        check = rng.normal(size=(2, profile.sessions, weights[0].shape[0])).astype(np.float32)
+        ref = check.astype(np.float64)
+        for w in weights:
+            ref = ref @ w.astype(np.float64)
+        row = {"sessions": profile.sessions, "tasks": len(profile.payloads), "weight_MB": round(wbytes / 1e6, 1)}
+        for name, cubin in cubins.items():
+            got = runtime.run_beats(profile, {"x": check}, np.ones((2, profile.sessions), bool), cubin=cubin)["y"]
+            row[f"{name}_err"] = float(np.max(np.abs(got - ref)) / (1 + np.max(np.abs(ref))))
+        frames = rng.normal(size=(args.warmup + args.beats, profile.sessions, weights[0].shape[0])).astype(np.float32)
+        lat = {name: time_cuda(profile, cubin, frames, args.warmup) for name, cubin in cubins.items()}
+        lat.update(time_torch(weights, frames, args.warmup))
+        row["torch_err"] = lat.pop("torch_err")
+        for name, t in lat.items():
+            row[f"{name}_p50"] = round(float(np.percentile(t, 50)), 1)
+            row[f"{name}_p99"] = round(float(np.percentile(t, 99)), 1)
+        row["floor_us"] = round(wbytes / HBM_BYTES_PER_S * 1e6, 1)
+        row["cohort_GBps"] = round(wbytes / row["cohort_p50"] / 1e3, 0)
+        row["best_peer_p50"] = min(row["eager_p50"], row["graph_p50"])
+        row["cohort_over_peer"] = round(row["cohort_p50"] / row["best_peer_p50"], 2)
+        row["ok"] = max(row["cohort_err"], row["generic_err"]) <= TOLERANCE
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+COLUMNS = ["sessions", "tasks", "weight_MB", "cohort_p50", "cohort_p99", "generic_p50", "eager_p50", "graph_p50",
+           "floor_us", "cohort_GBps", "cohort_over_peer", "cohort_err", "generic_err", "torch_err", "ok"]
+
+
+def print_table(rows: list[dict]) -> None:
+    print(" | ".join(COLUMNS))
+    for row in rows:
+        print(" | ".join(f"{row[c]:.1e}" if c.endswith("_err") else str(row[c]) for c in COLUMNS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["compile", "run"])
+    ap.add_argument("--out", type=Path, default=ROOT / ".device" / "gemm")
+    ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 64, 256])
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=2048)
+    ap.add_argument("--beats", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if args.command == "compile":
+        compile_profiles(args)
+        return 0
+    rows = run_profiles(args)
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if all(row["ok"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
