@@ -147,11 +147,10 @@ def test_closed_form_bytes_equal_enumeration(model):
         assert phase_cost(records, profile.params)[1] == _enumerated_bytes(records, profile.params), phase["name"]
 
 
-@pytest.mark.parametrize("model", ["silero", "transformer:tiny"])
+@pytest.mark.parametrize("model", ["silero", "transformer:tiny", "mamba_hybrid:tiny", "codec_decoder:tiny", "duplex:tiny"])
 def test_footprint_size_counts_the_footprint(model):
-    """wpk-schedule counts untracked operands (the weights) with footprint_size; it equals the set's size."""
-    import numpy as np
-
+    """wpk-schedule counts every operand's bytes with footprint_size (closed form for matmul and reduce
+    operands and for one-to-one views); it equals the enumerated set's size."""
     from wavec.opcodes import OUT, footprint, footprint_size, unpack_params
 
     profile = _compiled(model)

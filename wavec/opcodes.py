@@ -707,7 +707,13 @@ def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs:
         outer = (params.shape, strides[:-1], (params.k,), strides[-1:])
     elif isinstance(params, ReduceParams) and operand != OUT:
         outer = (params.shape, params.in_strides, params.rshape, params.rstrides)
+    if isinstance(params, ConvParams) and operand < params.epilogue_slot and operand != OUT:
+        return _conv_footprint_size(params, operand, begin, end)
     if outer is None:
+        pointwise = operand == OUT or isinstance(params, EwiseParams) or (
+            isinstance(params, (MatmulParams, ConvParams)) and operand >= params.epilogue_slot)
+        if pointwise and _injective(*footprint_view(params, operand)):  # one element per iteration point
+            return end - begin
         return len(np.unique(footprint(params, operand, begin, end, n_inputs)))
     shape, row_strides, inner_shape, inner_strides = outer
     rows = np.unique(view_offsets(tuple(shape), tuple(row_strides), begin, end))
@@ -716,6 +722,27 @@ def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs:
     if _sums_are_distinct(rows, inner) or _sums_are_distinct(inner, rows):
         return len(rows) * len(inner)
     return len(footprint(params, operand, begin, end, n_inputs))
+
+
+def _conv_footprint_size(params: "ConvParams", operand: int, begin: int, end: int) -> int:
+    """len(footprint(...)) of a conv's x, w or bias (ranges of distinct elements), without building them."""
+    if operand == 0:
+        per_out = params.n_elems // params.batch
+        return ((end - 1) // per_out - begin // per_out + 1) * params.c_in * int(np.prod(params.in_sp, dtype=np.int64))
+    if operand == 1:
+        return params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
+    return params.c_out
+
+
+def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a strided view maps distinct index points to distinct offsets: no broadcast axis, and each
+    axis (by |stride|) steps past everything the smaller ones span."""
+    span = 0
+    for stride, extent in sorted((abs(st), d) for d, st in zip(shape, strides) if d > 1):
+        if stride <= span:
+            return False
+        span += (extent - 1) * stride
+    return True
 
 
 def _sums_are_distinct(coarse: np.ndarray, fine: np.ndarray) -> bool:
