@@ -537,7 +537,7 @@ class FakeDriver:
             return np.ctypeslib.as_array((ctypes.c_uint8 * (-(-n // 4) * 4)).from_address(addr))
 
         machine = Interpreter(self.profile, seed=3)
-        machine.arenas[Arena.WEIGHTS] = view(weights, len(self.profile.weights))
+        machine.arenas[Arena.WEIGHTS] = view(weights, ab["weights"])
         machine.arenas[Arena.STATE] = view(state, ab["state"])
         machine.arenas[Arena.ACT] = view(act, ab["act"])
         machine.arenas[Arena.INPUT] = (view(inp, in_half), view(inp + in_half, in_half))

@@ -17,7 +17,7 @@ from wavec.errors import ProfileError
 from wavec.frontends.onnx import import_onnx
 from wavec.profile import load
 from wavec.targets.cuda import codegen, runtime
-from wavec.weights import ConstantWeight, RandomWeight, from_spec, round_to_bf16, seed_for
+from wavec.weights import ConstantWeight, RandomWeight, from_spec, read_arena, round_to_bf16, seed_for
 
 SESSIONS, BEATS = 3, 4
 
@@ -127,6 +127,18 @@ def test_generated_weights_are_recorded_not_stored(profiles, tmp_path):
     assert saved == (tmp_path / "s" / "weights.bin").stat().st_size - sum(4 * g["elems"] for g in specs.values())
     back = load(tmp_path / "g")
     np.testing.assert_array_equal(back.weights_arena(), stored.weights_arena())
+
+
+def test_the_profile_holds_no_generated_byte(profiles):
+    """In memory too, a profile keeps weights.bin's bytes only; any arena range reads back as the kernel sees it."""
+    generated, stored = profiles
+    arena = generated.arena_bytes("weights")
+    assert len(generated.weights) == arena - sum(4 * g["elems"] for g in generated.generated_weights)
+    whole = stored.weights_arena()
+    rng = np.random.default_rng(5)
+    for offset, nbytes in [(0, arena), *[(int(o), int(n)) for o, n in zip(rng.integers(0, arena, 20), rng.integers(1, 300, 20))]]:
+        np.testing.assert_array_equal(read_arena(generated.weights, arena, generated.generated_weights, offset, nbytes),
+                                      whole[offset : offset + nbytes])
 
 
 def test_interp_runs_generated_exactly_like_materialized(profiles):

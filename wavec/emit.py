@@ -19,7 +19,7 @@ from wavec.passes.wpk_payload import ewise_body_table, params_table, tasks_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.payload import PAYLOAD_DTYPE, words_to_records
 from wavec.profile import FORMAT, Profile
-from wavec.weights import GeneratedWeight
+from wavec.weights import GeneratedWeight, stored_position, stored_size
 
 
 def _attr_value(buf: wpk.BufferOp, key: str):
@@ -89,31 +89,36 @@ def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[l
     return records.astype(PAYLOAD_DTYPE), rows
 
 
-def weights_image(
+def stored_weights(
     buffers: dict[str, wpk.BufferOp], arena_bytes: int, blob: dict | None
 ) -> tuple[np.ndarray, list[dict]]:
-    """The weights arena image (uint8) and the ``generated_weights`` entries of profile.json: a blob value
-    that is a wavec.weights.GeneratedWeight is not written (its bytes stay zero), only recorded."""
-    image = np.zeros(arena_bytes, np.uint8)
-    generated: list[dict] = []
+    """weights.bin's bytes (uint8: the weights arena less its generated weights, wavec.weights.stored_ranges)
+    and the ``generated_weights`` entries of profile.json. A blob value that is a
+    wavec.weights.GeneratedWeight is only recorded: no byte of it is made, so compiling an 11-billion
+    parameter model needs no memory for its weights."""
+    weights = [b for b in buffers.values() if b.arena.data == "weights"]
     if blob is None:
-        return image, generated
-    for buf in buffers.values():
-        if buf.arena.data != "weights":
-            continue
+        return np.zeros(arena_bytes, np.uint8), []
+    values = {}
+    for buf in weights:
         key = _attr_value(buf, "blob")
         if key not in blob:
             raise WavecError(f"profile emission: no data for weight {key!r}; the frontend's weight blob lacks it")
-        value = blob[key]
+        value = values[buf.buffer_name] = blob[key]
         nbytes = value.nbytes if isinstance(value, GeneratedWeight) else np.asarray(value).size * 4
         if nbytes != buf.nbytes:
             raise WavecError(f"profile emission: weight {key!r} has {nbytes} bytes, its buffer {buf.nbytes}")
+    generated = [{"name": _attr_value(b, "blob"), "offset": _offset(b), **values[b.buffer_name].spec()}
+                 for b in weights if isinstance(values[b.buffer_name], GeneratedWeight)]
+    stored = np.zeros(stored_size(arena_bytes, generated), np.uint8)
+    for buf in weights:
+        value = values[buf.buffer_name]
         if isinstance(value, GeneratedWeight):
-            generated.append({"name": key, "offset": _offset(buf), **value.spec()})
             continue
         data = np.ascontiguousarray(value, np.float32).view(np.uint8).ravel()
-        image[_offset(buf) : _offset(buf) + len(data)] = data
-    return image, generated
+        at = stored_position(arena_bytes, generated, _offset(buf))
+        stored[at : at + len(data)] = data
+    return stored, generated
 
 
 def profile_from_module(
@@ -167,5 +172,5 @@ def profile_from_module(
     fused = module.attributes.get("wave.fused_bytes_per_session")
     if fused is not None:
         meta["fusion_saved_bytes_per_session"] = fused.value.data
-    image, meta["generated_weights"] = weights_image(buffers, arena_bytes["weights"], weights)
-    return Profile(meta, payloads, params, image, kernel_source)
+    stored, meta["generated_weights"] = stored_weights(buffers, arena_bytes["weights"], weights)
+    return Profile(meta, payloads, params, stored, kernel_source)

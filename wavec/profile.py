@@ -50,7 +50,7 @@ import numpy as np
 
 from wavec.errors import ProfileError, RuntimeBackendError
 from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
-from wavec.weights import from_spec, pack_stored, unpack_stored
+from wavec.weights import check_stored, from_spec, unpack_stored
 
 FORMAT = "wavec-profile/1"
 BACKENDS = ("interp", "cuda")
@@ -63,7 +63,7 @@ class Profile:
     meta: dict
     payloads: np.ndarray  # PAYLOAD_DTYPE records, grouped by worker in execution order
     params: np.ndarray  # int64
-    weights: np.ndarray  # uint8 image of the weights arena; generated weights' bytes are zero
+    weights: np.ndarray  # uint8: weights.bin, the weights arena less its generated weights (wavec.weights.stored_ranges)
     kernel_source: str = ""
     report: dict = field(default_factory=dict)
 
@@ -76,7 +76,7 @@ class Profile:
         materialized. Costs the arena's size in host memory; the CUDA runtime generates on the device."""
         from wavec.weights import fill_generated
 
-        image = np.array(self.weights, np.uint8)
+        image = unpack_stored(self.weights, self.arena_bytes("weights"), self.generated_weights)
         fill_generated(image, self.generated_weights)
         return image
 
@@ -240,8 +240,7 @@ def save_profile_files(profile: Profile, directory: str | os.PathLike) -> Path:
             (tmp / "profile.json").write_text(json.dumps(profile.meta, indent=1))
             (tmp / "payloads.bin").write_bytes(np.ascontiguousarray(profile.payloads, PAYLOAD_DTYPE).tobytes())
             (tmp / "params.bin").write_bytes(np.ascontiguousarray(profile.params, "<i8").tobytes())
-            (tmp / "weights.bin").write_bytes(pack_stored(np.ascontiguousarray(profile.weights, np.uint8),
-                                                          profile.generated_weights).tobytes())
+            (tmp / "weights.bin").write_bytes(np.ascontiguousarray(profile.weights, np.uint8).tobytes())
             (tmp / "kernel.cu").write_text(profile.kernel_source)
             (tmp / "report.json").write_text(json.dumps(profile.report, indent=1))
             if target.exists():  # a wavec profile (checked above): swap it out, then drop it
@@ -415,7 +414,7 @@ def load(directory: str | os.PathLike) -> Profile:
         raise ProfileError(f"{root / 'params.bin'}: {len(params_raw)} bytes is not a whole number of int64 parameters")
     _check_consistency(meta, len(raw) // PAYLOAD_BYTES, len(params_raw) // 8, root)
     try:
-        weights = unpack_stored(weights, meta["arena_bytes"]["weights"], meta.get("generated_weights", []))
+        check_stored(weights, meta["arena_bytes"]["weights"], meta.get("generated_weights", []))
     except ValueError as e:
         raise ProfileError(f"{root / 'weights.bin'}: {e}; the profile is damaged, recompile it with `wavec compile ... -o DIR`") from e
     report: dict = {}

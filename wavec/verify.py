@@ -109,7 +109,6 @@ class _Verifier:
         self.n = len(self.rec)
         self.sessions = int(self.meta["sessions"])
         self.arena_bytes = {int(a): int(self.meta["arena_bytes"].get(ARENA_NAMES[int(a)], 0)) for a in Arena}
-        self.arena_bytes[int(Arena.WEIGHTS)] = max(self.arena_bytes[int(Arena.WEIGHTS)], len(profile.weights))
         self.task_id = self.rec["task"].astype(np.int64)
         self.signal = self.rec["signal"].astype(np.int64)
         self.params: list = [None] * self.n

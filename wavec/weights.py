@@ -158,6 +158,22 @@ def stored_ranges(arena_bytes: int, generated: list[dict]) -> list[tuple[int, in
     return ranges
 
 
+def stored_size(arena_bytes: int, generated: list[dict]) -> int:
+    """Bytes of weights.bin: the weights arena less its generated weights."""
+    return sum(e - b for b, e in stored_ranges(arena_bytes, generated))
+
+
+def stored_position(arena_bytes: int, generated: list[dict], offset: int) -> int:
+    """Where arena byte ``offset`` (in a stored range) lies in weights.bin. Raises ValueError when a
+    generated weight holds it."""
+    at = 0
+    for b, e in stored_ranges(arena_bytes, generated):
+        if b <= offset < e:
+            return at + offset - b
+        at += e - b
+    raise ValueError(f"weights arena byte {offset} belongs to a generated weight, not to weights.bin")
+
+
 def pack_stored(image: np.ndarray, generated: list[dict]) -> np.ndarray:
     """weights.bin's bytes: the stored ranges of the arena ``image`` (uint8), concatenated."""
     parts = [image[b:e] for b, e in stored_ranges(len(image), generated)]
@@ -167,16 +183,20 @@ def pack_stored(image: np.ndarray, generated: list[dict]) -> np.ndarray:
 def unpack_stored(stored: np.ndarray, arena_bytes: int, generated: list[dict]) -> np.ndarray:
     """The arena image (uint8, generated weights left zero) from weights.bin's bytes. Raises ValueError
     when the sizes disagree."""
-    ranges = stored_ranges(arena_bytes, generated)
-    expected = sum(e - b for b, e in ranges)
-    if len(stored) != expected:
-        raise ValueError(f"has {len(stored)} bytes; the weights arena less its generated weights is {expected}")
+    check_stored(stored, arena_bytes, generated)
     image = np.zeros(arena_bytes, np.uint8)
     at = 0
-    for b, e in ranges:
+    for b, e in stored_ranges(arena_bytes, generated):
         image[b:e] = stored[at : at + e - b]
         at += e - b
     return image
+
+
+def check_stored(stored: np.ndarray, arena_bytes: int, generated: list[dict]) -> None:
+    """Raises ValueError when weights.bin's ``stored`` bytes are not the arena less its generated weights."""
+    expected = stored_size(arena_bytes, generated)
+    if len(stored) != expected:
+        raise ValueError(f"has {len(stored)} bytes; the weights arena less its generated weights is {expected}")
 
 
 def fill_generated(image: np.ndarray, generated: list[dict]) -> None:
@@ -186,15 +206,23 @@ def fill_generated(image: np.ndarray, generated: list[dict]) -> None:
         image[int(spec["offset"]) : int(spec["offset"]) + len(values)] = values
 
 
-def read_arena(image: np.ndarray, generated: list[dict], offset: int, nbytes: int) -> np.ndarray:
-    """Bytes ``[offset, offset + nbytes)`` of the weights arena as the kernel sees them (uint8): the stored
-    ``image`` with the generated weights that overlap the range materialized (a state's initial value
-    may be a ConstantWeight)."""
-    out = np.array(image[offset : offset + nbytes], np.uint8)
-    for spec in generated:
-        begin, end = int(spec["offset"]), int(spec["offset"]) + 4 * int(spec["elems"])
-        lo, hi = max(begin, offset), min(end, offset + nbytes)
+def read_arena(stored: np.ndarray, arena_bytes: int, generated: list[dict], offset: int, nbytes: int) -> np.ndarray:
+    """Bytes ``[offset, offset + nbytes)`` of the weights arena as the kernel sees them (uint8), from
+    weights.bin's ``stored`` bytes with the generated weights that overlap the range materialized (a
+    state's initial value may be a ConstantWeight). Bytes past the arena are absent."""
+    end = min(offset + nbytes, arena_bytes)
+    out = np.zeros(max(0, end - offset), np.uint8)
+    at = 0
+    for b, e in stored_ranges(arena_bytes, generated):
+        lo, hi = max(b, offset), min(e, end)
         if lo < hi:
-            values = from_spec(spec).materialize().view(np.uint8).ravel()
-            out[lo - offset : hi - offset] = values[lo - begin : hi - begin]
+            out[lo - offset : hi - offset] = stored[at + lo - b : at + hi - b]
+        at += e - b
+    for spec in generated:
+        begin, stop = int(spec["offset"]), int(spec["offset"]) + 4 * int(spec["elems"])
+        lo, hi = max(begin, offset), min(stop, end)
+        if lo < hi:
+            first, last = (lo - begin) // 4, (hi - begin + 3) // 4
+            values = from_spec(spec).flat_values(first, last).view(np.uint8)
+            out[lo - offset : hi - offset] = values[lo - begin - 4 * first : hi - begin - 4 * first]
     return out

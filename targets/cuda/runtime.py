@@ -230,7 +230,7 @@ class CudaSession:
         alloc("payloads", len(payloads) * PAYLOAD_BYTES, payloads.view(np.uint8))
         alloc("worker_tasks", wt.nbytes, np.ascontiguousarray(wt))
         alloc("params", params.nbytes, params)
-        alloc("weights", max(ab["weights"], weights.nbytes))
+        alloc("weights", ab["weights"])
         self._load_weights(weights)
         alloc("state", ab["state"], self._initial_state(ab["state"], weights))
         alloc("act", ab["act"])
@@ -272,14 +272,16 @@ class CudaSession:
         check(cu.cuCtxSynchronize(), "cuCtxSynchronize (uploads)")
         self._launch()
 
-    def _load_weights(self, image: np.ndarray) -> None:
-        """Uploads the stored ranges of the weights arena and generates the rest on the device
-        (codegen.FILL_KERNEL_NAME), so a model's random weights never cross PCIe."""
+    def _load_weights(self, stored: np.ndarray) -> None:
+        """Uploads weights.bin (``stored``) to its ranges of the weights arena and generates the rest on
+        the device (codegen.FILL_KERNEL_NAME), so a model's random weights never cross PCIe."""
         cu = driver()
         base = self._dev["weights"]
         generated = self.profile.generated_weights
-        for begin, end in stored_ranges(len(image), generated):
-            check(cu.cuMemcpyHtoD(base + begin, image.ctypes.data + begin, end - begin), "upload weights")
+        at = 0
+        for begin, end in stored_ranges(self.profile.arena_bytes("weights"), generated):
+            check(cu.cuMemcpyHtoD(base + begin, stored.ctypes.data + at, end - begin), "upload weights")
+            at += end - begin
         if not generated:
             return
         fill = check(cu.cuModuleGetFunction(self._module, codegen.FILL_KERNEL_NAME.encode()), "cuModuleGetFunction(fill)")
@@ -304,7 +306,8 @@ class CudaSession:
         image = np.zeros(max(nbytes, 0), np.uint8)
         for st in self.meta.get("states", []):
             size = 4 * math.prod(int(d) for d in st["shape"])
-            init = read_arena(weights, self.profile.generated_weights, int(st["init_offset"]), size)
+            init = read_arena(weights, self.profile.arena_bytes("weights"), self.profile.generated_weights,
+                              int(st["init_offset"]), size)
             if init.nbytes != size:
                 raise RuntimeBackendError(f"state {st['name']!r}: initial value at {st['init_offset']} lies outside weights.bin")
             slots = np.ndarray((self.sessions, size), np.uint8, buffer=image, offset=int(st["offset"]),

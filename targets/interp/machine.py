@@ -129,8 +129,9 @@ class Interpreter:
         sizes = {a: int(self.meta["arena_bytes"].get(ARENA_NAMES[a], 0)) for a in Arena if a != Arena.WEIGHTS}
         self.arena_bytes = sizes
         self.arenas: dict[Arena, object] = {}
-        weights = np.zeros(_f32_elems(len(profile.weights)) * 4, np.uint8)
-        weights[: len(profile.weights)] = profile.weights_arena()
+        arena = profile.weights_arena()
+        weights = np.zeros(_f32_elems(len(arena)) * 4, np.uint8)
+        weights[: len(arena)] = arena
         weights.flags.writeable = False
         self.arenas[Arena.WEIGHTS] = weights
         for a, n in sizes.items():
@@ -159,7 +160,7 @@ class Interpreter:
         for spec in self.meta.get("states", []):
             nbytes = 4 * int(np.prod(spec["shape"], dtype=np.int64))
             init = int(spec["init_offset"])
-            if init + nbytes > len(self.profile.weights):
+            if init + nbytes > self.profile.arena_bytes("weights"):
                 raise RuntimeBackendError(f"state {spec['name']!r}: initial value beyond the weights arena")
             for s in range(self.profile.sessions):
                 at = int(spec["offset"]) + s * int(spec["session_stride"])
