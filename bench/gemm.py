@@ -10,8 +10,8 @@ needs xDSL (run it here; carry --out to the GPU machine). ``run`` needs numpy, c
 for each cohort size it checks the kernel's outputs against a float64 numpy chain on fresh random frames, then
 times ``--beats`` beats of
 
-- ``cohort``: the persistent kernel as compiled (the cohort GEMM body runs the matmuls);
-- ``generic``: the same profile with the cohort GEMM body compiled out (gpu_check --generic-matmul);
+- ``cohort``: the profile's kernel with the cohort GEMM body switched on (codegen.with_cohort_gemm);
+- ``generic``: the kernel as compiled (the generic MATMUL body; the cohort GEMM is off by default);
 - ``eager`` / ``graph``: PyTorch fp32 (TF32 off) on the same weights and frames, the whole cohort batched
   ([S, dim] @ [dim, dim] per layer, cuBLAS), eager and replayed as one CUDA graph; wall time per beat
   including the host's synchronize, as a beat's deadline sees it.
@@ -132,7 +132,7 @@ def run_profiles(args) -> list[dict]:
     from wavec.targets.cuda.build import build_cubin
 
     profiles = [load(path) for path in sorted(args.out.glob("gemm-*"), key=lambda p: int(p.name.split("-")[1]))]
-    sources = [(runtime.kernel_source(p), codegen.without_cohort_gemm(runtime.kernel_source(p))) for p in profiles]
+    sources = [(codegen.with_cohort_gemm(runtime.kernel_source(p)), runtime.kernel_source(p)) for p in profiles]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
         built = list(pool.map(build_cubin, [src for pair in sources for src in pair]))
     rows = []

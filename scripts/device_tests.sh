@@ -7,4 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/gpu_check.py --builtin 5 300 --beats 200 --warmup 20
+python3 scripts/gpu_check.py --builtin 5 300 --beats 50 --warmup 5 --cohort-gemm  # the opt-in GEMM body
 python3 scripts/silero_gpu.py "$@"

@@ -2,7 +2,7 @@
 """One command for the GPU machine: build, check and time the persistent kernel of saved profiles.
 
     python3 scripts/gpu_check.py PROFILE_DIR... [--builtin 5 300 4096] [--beats 300] [--warmup 50]
-                                 [--check-beats 3] [--json results.json] [--bytecode] [--generic-matmul]
+                                 [--check-beats 3] [--json results.json] [--bytecode] [--cohort-gemm]
 
 For each profile (a directory written by `wavec compile`, or the tests' built-in program at the given
 cohort sizes): build the cubin with nvcc (cached), run ``--check-beats`` beats with random frames and
@@ -111,13 +111,13 @@ def generated_bits_equal(session, profile) -> bool:
     return True
 
 
-def kernel_for(profile, bytecode: bool, generic_matmul: bool = False) -> str:
+def kernel_for(profile, bytecode: bool, cohort_gemm: bool = False) -> str:
     """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies; with
-    ``generic_matmul``, without the cohort GEMM body."""
+    ``cohort_gemm``, with the cohort GEMM body switched on (codegen.with_cohort_gemm)."""
     from wavec.targets.cuda import codegen, runtime
 
     source = codegen.generate_kernel({**profile.meta, "ewise_bodies": []}) if bytecode else runtime.kernel_source(profile)
-    return codegen.without_cohort_gemm(source) if generic_matmul else source
+    return codegen.with_cohort_gemm(source) if cohort_gemm else source
 
 
 def check_profile(label: str, profile, args) -> dict:
@@ -128,7 +128,7 @@ def check_profile(label: str, profile, args) -> dict:
     row = {"profile": label, "sessions": profile.sessions, "workers": int(profile.meta["workers"]),
            "tasks": int(len(profile.payloads))}
     t0 = time.perf_counter()
-    source = kernel_for(profile, args.bytecode, args.generic_matmul)
+    source = kernel_for(profile, args.bytecode, args.cohort_gemm)
     row["tvm"] = generated_ewise(profile, source)
     cubin = build_cubin(source)
     row["build_s"] = round(time.perf_counter() - t0, 2)
@@ -202,7 +202,7 @@ def prebuild(jobs: list, args) -> dict:
             profiles[label] = make()
         except Exception as e:  # noqa: BLE001 - check_profile's loop reports it
             profiles[label] = e
-    sources = [kernel_for(p, args.bytecode, args.generic_matmul) for p in profiles.values() if not isinstance(p, Exception)]
+    sources = [kernel_for(p, args.bytecode, args.cohort_gemm) for p in profiles.values() if not isinstance(p, Exception)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for future in [pool.submit(build_cubin, src) for src in sources]:
             future.exception()  # a failed build fails again, with its message, in check_profile
@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="beats compared with the interpreter (default 3; 0 skips the comparison)")
     ap.add_argument("--tol", type=float, default=1e-4, help="max |cuda - interp| that passes (default 1e-4)")
     ap.add_argument("--json", type=Path, help="write the rows here")
-    ap.add_argument("--generic-matmul", action="store_true",
-                    help="regenerate each kernel without the cohort GEMM body (the generic MATMUL body runs every matmul)")
+    ap.add_argument("--cohort-gemm", action="store_true",
+                    help="switch each kernel's cohort GEMM body on (off by default; codegen.with_cohort_gemm)")
     ap.add_argument("--bytecode", action="store_true",
                     help="regenerate each kernel without its generated EWISE bodies (the bytecode interpreter runs them)")
     args = ap.parse_args(argv)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from wavec.opcodes import OUT, Arena, ConvParams, Params, contiguous_strides, largest_cohort_matmul_weight
+from wavec.opcodes import OUT, Arena, ConvParams, Params, contiguous_strides
 from wavec.payload import MAX_WAITS, PAYLOAD_DTYPE, pack_arenas
 from wavec.profile import FORMAT, Profile
 
@@ -236,12 +236,10 @@ class ProfileBuilder:
             "bindings": {},
             **self.meta_extra,
         }
-        params = np.concatenate(words) if words else np.zeros(0, np.int64)
-        meta["max_matmul_weight_bytes"] = largest_cohort_matmul_weight(payloads, params)
         return Profile(
             meta=meta,
             payloads=payloads,
-            params=params,
+            params=np.concatenate(words) if words else np.zeros(0, np.int64),
             weights=np.frombuffer(bytes(self.weights), np.uint8).copy(),
         )
 

@@ -108,10 +108,10 @@ def build_test_profile(sessions: int = 5, workers: int = 3, seed: int = 0):
 
 
 PROLOGUE = dict(rows=3, k=40, n=6, eps=1e-5, tiles=[(0, 7), (7, 13), (13, 18)])
-# The same program at the size of a weight-streaming matmul: W is 1.1 MB, so the kernel carries the cohort
-# GEMM body (codegen.COHORT_GEMM_MIN_WEIGHT_BYTES). Its tiles: part of row 0 on GEMM_COLS bounds (the cohort
-# GEMM), two unaligned parts of row 0 (the generic body), rows 1-2 whole (the cohort GEMM over 2 rows per
-# session); K = 1100 is staged in two chunks.
+# The same program at the size of a weight-streaming matmul (W is 1.1 MB), for the cohort GEMM body
+# (codegen.with_cohort_gemm). Its tiles: part of row 0 on GEMM_COLS bounds (the cohort GEMM), two unaligned
+# parts of row 0 (the generic body), rows 1-2 whole (the cohort GEMM over 2 rows per session); K = 1100 is
+# staged in two chunks.
 COHORT_GEMM = dict(rows=3, k=1100, n=256, eps=1e-5, tiles=[(0, 128), (128, 254), (254, 256), (256, 768)])
 
 
@@ -128,7 +128,8 @@ def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0, d
     rng = np.random.default_rng(seed)
     pb = ProfileBuilder(sessions=sessions, workers=workers, model="cuda-prologue")
     x = pb.input("x", (rows, k))
-    weights = {"W": rng.normal(size=(k, n)).astype(np.float32), "g": rng.normal(size=(k,)).astype(np.float32)}
+    weights = {"W": (rng.normal(size=(k, n)) / np.sqrt(k)).astype(np.float32),  # unit-variance sums at any K
+               "g": rng.normal(size=(k,)).astype(np.float32)}
     w, g = pb.weight("W", weights["W"]), pb.weight("g", weights["g"])
     ss = pb.act("ss", (rows,))
     y = pb.output("y", (rows, n))
@@ -344,28 +345,27 @@ def test_prologue_profile_interp_matches_reference(dims):
     assert max_err(interp_run(profile, frames, reset), prologue_reference(weights, frames)) <= 1e-5
 
 
-def test_cohort_gemm_profile_carries_the_body():
-    """The large variant streams a 1.1 MB weight, so its kernel has the cohort GEMM switched on; the small
-    one's has it off (codegen.COHORT_GEMM_MIN_WEIGHT_BYTES)."""
-    from wavec.targets.cuda import codegen
-
-    big, _ = build_prologue_profile(dims=COHORT_GEMM)
-    assert big.meta["max_matmul_weight_bytes"] == 4 * 1100 * 256
-    assert codegen.COHORT_GEMM_SWITCH.format("true") in codegen.generate_kernel(big.meta)
-    small, _ = build_prologue_profile()
-    assert codegen.COHORT_GEMM_SWITCH.format("false") in codegen.generate_kernel(small.meta)
+def test_the_cohort_gemm_is_off_unless_switched_on():
+    """Kernels are generated with the generic MATMUL body only; with_cohort_gemm switches the other on."""
+    profile, _ = build_prologue_profile(dims=COHORT_GEMM)
+    source = codegen.generate_kernel(profile.meta)
+    assert codegen.COHORT_GEMM_SWITCH.format("false") in source
+    assert codegen.COHORT_GEMM_SWITCH.format("true") in codegen.with_cohort_gemm(source)
 
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("dims", [PROLOGUE, COHORT_GEMM], ids=["generic", "cohort-gemm"])
+@pytest.mark.parametrize("dims, cohort_gemm", [(PROLOGUE, False), (COHORT_GEMM, False), (COHORT_GEMM, True)],
+                         ids=["small", "large-generic", "large-cohort-gemm"])
 @pytest.mark.parametrize("sessions", [5, 300])
-def test_cuda_prologue_matches_interp_and_reference(sessions, dims):
+def test_cuda_prologue_matches_interp_and_reference(sessions, dims, cohort_gemm):
     from wavec.targets.interp import run_beats as interp_run
 
     profile, weights = build_prologue_profile(sessions=sessions, dims=dims)
     frames, reset = random_run(profile, 3)
-    got = profile.run(frames, backend="cuda", reset=reset)
+    source = codegen.generate_kernel(profile.meta)
+    cubin = build.build_cubin(codegen.with_cohort_gemm(source) if cohort_gemm else source)
+    got = runtime.run_beats(profile, frames, reset, cubin=cubin)
     want = interp_run(profile, frames, reset)
     assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= 1e-4
     assert max_err(got, prologue_reference(weights, frames)) <= 1e-4

@@ -12,7 +12,6 @@ from xdsl.dialects.builtin import ModuleOp
 
 from wavec.dialects import wave, wpk
 from wavec.errors import WavecError
-from wavec.opcodes import largest_cohort_matmul_weight
 from wavec.analysis.relax_memplan import phase_tensors
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_payload import ewise_body_table, params_table, tasks_of
@@ -164,7 +163,6 @@ def profile_from_module(
         ],
         "bindings": bindings or {},
         "ewise_bodies": ewise_body_table(module),  # generated CUDA bodies of EWISE expressions (wpk-payload)
-        "max_matmul_weight_bytes": largest_cohort_matmul_weight(payloads, params),
     }
     schedule = schedule_summary(module)
     if schedule:

@@ -751,14 +751,3 @@ def _sums_are_distinct(coarse: np.ndarray, fine: np.ndarray) -> bool:
     if len(coarse) < 2 or len(fine) < 2:
         return True
     return int(np.diff(coarse).min()) > int(fine[-1] - fine[0])
-
-
-def largest_cohort_matmul_weight(payloads: np.ndarray, params: np.ndarray) -> int:
-    """Bytes of the largest K x N matrix a MATMUL task reads as b shared by the cohort (session stride 0),
-    or 0: what decides whether a kernel needs a weight-streaming GEMM body."""
-    largest = 0
-    matmuls = payloads[(payloads["opcode"] == int(Opcode.MATMUL)) & (payloads["session_stride"][:, 1] == 0)]
-    for at in np.unique(matmuls["params"]):
-        mm = unpack_params(params, int(at))
-        largest = max(largest, ELEM_BYTES * mm.k * mm.shape[-1])
-    return largest

@@ -30,9 +30,7 @@ names in lower case: weights, state, act, input, output):
 - ``generated_weights``: [{name, offset, elems, kind ("uniform": seed, scale, precision; "constant":
   value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin;
 - ``ewise_bodies``: [{expr, rank, n_inputs, phases}]: generated CUDA bodies of EWISE expressions (wpk-payload
-  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM);
-- ``max_matmul_weight_bytes``: the largest K x N matrix (bytes) a MATMUL reads as a weight shared by the cohort;
-  the CUDA kernel carries its cohort GEMM body when it is large (targets/cuda/codegen.py).
+  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM).
 ``cohort_axis`` is where the model's own batched layout put the session axis (the runtime's per-session
 layout drops it).
 """

@@ -157,18 +157,16 @@ def ewise_generated_source(meta: dict) -> str:
 
 
 COHORT_GEMM_SWITCH = "constexpr bool kCohortGemm = {};"
-# A kernel carries the cohort GEMM body when a MATMUL streams a weight matrix at least this large
-# (profile.json max_matmul_weight_bytes). Measured on the H200: with 16 MiB matrices (bench/gemm.py) the body
-# is 2-6x faster than the generic one; in Silero (256 KiB matrices, K = 128) merely carrying it slowed the
-# beat from 381.9 to 441.7 us at 64 sessions (its conv phases, not its matmuls, got slower), so small
-# weights keep the generic body and a kernel without the body.
-COHORT_GEMM_MIN_WEIGHT_BYTES = 1 << 20
 
 
-def without_cohort_gemm(source: str) -> str:
-    """``source`` (a generated kernel) with the cohort GEMM body switched off: every MATMUL then runs the
-    generic dot-product body. For an A/B of one profile's kernel, generated bodies and all."""
-    return source.replace(COHORT_GEMM_SWITCH.format("true"), COHORT_GEMM_SWITCH.format("false"), 1)
+def with_cohort_gemm(source: str) -> str:
+    """``source`` (a generated kernel, generated bodies and all) with the cohort GEMM body switched on.
+
+    Off by default, from what the H200 measured (bench/RESULTS.md, 2026-11-30): on streams of matmuls
+    alone (bench/gemm.py) the body is 2.1x to 8.9x faster than the generic one, but carrying it slows whole
+    models' other phases (Silero at 64 sessions 381.9 -> 441.7 us, its conv phases; duplex:1b 40.0 ->
+    65.7 ms at 1 session, 16.7 -> 92.3 ms at 8) for a reason not yet found."""
+    return source.replace(COHORT_GEMM_SWITCH.format("false"), COHORT_GEMM_SWITCH.format("true"), 1)
 
 
 def generate_kernel(profile_meta: dict) -> str:
@@ -189,8 +187,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "stack_depth": STACK_DEPTH,
         "max_inputs": MAX_INPUTS,
         "gemm_cols": GEMM_COLS,
-        "cohort_gemm_switch": COHORT_GEMM_SWITCH.format(
-            "true" if int(meta.get("max_matmul_weight_bytes", 0)) >= COHORT_GEMM_MIN_WEIGHT_BYTES else "false"),
+        "cohort_gemm_switch": COHORT_GEMM_SWITCH.format("false"),
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -700,7 +697,7 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
 // prologue, is staged in shared memory for the pass's rows. A pass covers `width` column groups x `blocks`
 // x ROWS rows; ROWS is 1, 2, 4 or 8 (the fewest that cover the rows left, so one session wastes nothing).
 // cohort_gemm_body returns false, with nothing written, when the task is not of that form (matmul_body runs it).
-$cohort_gemm_switch  // false: the generic body runs every MATMUL (an A/B: without_cohort_gemm)
+$cohort_gemm_switch  // false: the generic body runs every MATMUL (codegen.with_cohort_gemm switches it on)
 constexpr int kGemmCols = $gemm_cols;      // adjacent columns per thread: one float4 of a weight row (GEMM_COLS)
 constexpr int kGemmMaxRows = 8;            // register accumulators per column
 constexpr int kGemmMinSlices = 8;          // k slices a pass keeps, for weight loads in flight
