@@ -18,6 +18,10 @@ tasks of the latest of those groups, with a free wait slot) also waits on the ea
 on the carrier implies it; only when that fails are a phase's groups merged into its phase-wide counter
 (a full-phase wait), the phase with most groups first.
 
+With ``granularity=phase`` (the baseline) no footprint is intersected: a phase is one group with one
+counter, and each task waits on the previous phase's, so the counters number the phases (duplex:11b at 56
+sessions: 7,906, where session-range groups would need 382,150, beyond signal_phase's 16 bits).
+
 Worker assignment: static list scheduling. Each task costs ``overhead + max(FLOPs / (peak / SMs),
 bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates from the target, or the
 ``peak-flops`` / ``hbm-bandwidth`` options); a wait that crosses workers adds ``handoff-us``. Ready
@@ -211,15 +215,16 @@ class _CounterClosure:
         return self.intern.setdefault(value, value)
 
 
-def _barrier_per_phase(tasks: list[_Task], phases: list[list[int]]) -> None:
-    """The baseline: each task depends on every task of the previous phase that has tasks, so every
-    phase boundary is a grid-wide barrier (ordering with earlier phases follows transitively)."""
-    previous: list[int] = []
-    for members in phases:
+def _barrier_waits(tasks: list[_Task], phases: list[list[int]], phase_counter: dict[int, int]) -> None:
+    """The baseline: each task waits on the whole previous phase that has tasks (its phase-wide counter),
+    so every phase boundary is a grid-wide barrier and earlier phases are ordered transitively. No
+    dependency sets: a phase of T tasks after one of T' would otherwise hold T x T' of them."""
+    previous = None
+    for p, members in enumerate(phases):
         for i in members:
-            tasks[i].deps = set(previous)
+            tasks[i].waits = [] if previous is None else [phase_counter[previous]]
         if members:
-            previous = members
+            previous = p
 
 
 @dataclass(frozen=True)
@@ -316,7 +321,6 @@ class WpkSchedule(ModulePass):
             fill = _footprints(buffers, {})
             for t in tasks:
                 fill(t)
-            _barrier_per_phase(tasks, phases)
         else:
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
@@ -329,8 +333,8 @@ class WpkSchedule(ModulePass):
         n_groups = 0  # group ordinals: the bits of _Counter.groups
         for p, members in enumerate(phases):
             by_range: dict[tuple[int, int], list[int]] = {}
-            for i in members:
-                by_range.setdefault(tasks[i].sessions, []).append(i)
+            for i in members:  # behind barriers only whole phases are waited on: one group, one counter
+                by_range.setdefault(tasks[i].sessions if self.granularity == "tile" else (0, 0), []).append(i)
             ids = []
             first_group = n_groups
             for rng in sorted(by_range):
@@ -351,7 +355,8 @@ class WpkSchedule(ModulePass):
         anc = [0] * len(tasks)  # bitset of the groups that happen before the task through its waits
         close = _CounterClosure(counters, anc)
         closure = close.memo
-
+        if self.granularity == "phase":
+            _barrier_waits(tasks, phases, phase_counter)
         for t in tasks:
             if not t.deps:
                 continue

@@ -68,8 +68,8 @@ builtin.module {
 
 // The baseline schedule (granularity=phase): every task of a phase waits for every task of the one
 // before it, a grid-wide barrier per op (GPU measurements compare it with the tile-level default). Here
-// each copy already follows its own session's relu on its worker, so it waits on the other worker's
-// tile too, which the tile-level schedule (first case) does not.
+// each copy waits on the relu phase's one counter (both tiles: count 2), though it reads only its own
+// session's tile, which the tile-level schedule (first case) waits for alone.
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2 granularity=phase}' --verify-diagnostics | filecheck %s --check-prefix=PHASE
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @barrier_baseline() {
@@ -80,5 +80,5 @@ builtin.module attributes {wave.cohort = 2 : i64} {
   }
 }
 // PHASE-LABEL: wpk.phase "output_z"
-// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: 2, 1>
-// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: 1, 1>
+// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: 1, 2>
+// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: 1, 2>
