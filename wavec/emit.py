@@ -80,11 +80,9 @@ def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[l
         raise WavecError("profile emission: some tasks have no payload; run wpk-payload first")
     keyed = sorted(tasks, key=lambda t: (t.worker.value.data, t.order.value.data))
     records = words_to_records(np.array([list(t.payload.get_values()) for t in keyed], "<i4"))
-    rows, start = [], 0
-    for w in range(workers):
-        count = sum(1 for t in keyed if t.worker.value.data == w)
-        rows.append([start, start + count])
-        start += count
+    counts = np.bincount([t.worker.value.data for t in keyed], minlength=workers)[:workers]
+    ends = np.cumsum(counts)
+    rows = [[int(e - c), int(e)] for c, e in zip(counts, ends)]
     return records.astype(PAYLOAD_DTYPE), rows
 
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from wavec.opcodes import (
+    MAX_INPUTS,
     OUT,
     ConvParams,
     EwiseParams,
@@ -24,7 +25,6 @@ from wavec.opcodes import (
     unpack_params,
     view_offsets,
 )
-from wavec.payload import operand_arena
 
 
 def _code_flops(code) -> int:
@@ -42,25 +42,22 @@ def flops_per_element(params) -> int:
     return math.prod(params.rshape)
 
 
-def task_flops(rec, params) -> int:
-    sessions = int(rec["session_end"]) - int(rec["session_begin"])
-    elems = int(rec["elem_end"]) - int(rec["elem_begin"])
-    return sessions * elems * flops_per_element(params)
-
-
 def phase_cost(records: np.ndarray, params_table: np.ndarray) -> tuple[int, int]:
     """(FLOPs, bytes) of the tasks of one phase for one beat of the whole cohort. An element two tiles
     read (a matmul row split over output tiles) counts once: the op's traffic, whatever its tiling."""
-    flops = 0
-    params_at: dict[int, object] = {}
+    ats = records["params"].astype(np.int64)
+    points = ((records["session_end"].astype(np.int64) - records["session_begin"])
+              * (records["elem_end"].astype(np.int64) - records["elem_begin"]))
+    params_at = {int(at): unpack_params(params_table, int(at)) for at in np.unique(ats)}
+    flops = sum(int(points[ats == at].sum()) * flops_per_element(params) for at, params in params_at.items())
     users: dict[tuple[int, int, int], list[tuple[np.void, int, int]]] = {}
-    for rec in records:
-        at = int(rec["params"])
-        params = params_at.get(at) or params_at.setdefault(at, unpack_params(params_table, at))
-        flops += task_flops(rec, params)
-        for k in [*range(int(rec["n_inputs"])), OUT]:
-            key = (operand_arena(rec, k), int(rec["offset"][k]), int(rec["session_stride"][k]))
-            users.setdefault(key, []).append((rec, at, k))
+    for k in [*range(MAX_INPUTS), OUT]:  # one operand slot of every record at once
+        rows = np.flatnonzero(records["n_inputs"] > k) if k != OUT else np.arange(len(records))
+        keys = np.stack([(records["arenas"][rows].astype(np.int64) >> (4 * k)) & 0xF,
+                         records["offset"][rows, k].astype(np.int64),
+                         records["session_stride"][rows, k].astype(np.int64)], axis=1)
+        for key, row in zip(map(tuple, keys.tolist()), rows.tolist()):
+            users.setdefault(key, []).append((records[row], int(ats[row]), k))
     nbytes = sum(4 * _distinct_touched(group, params_at, key[2] != 0) for key, group in users.items())
     return flops, nbytes
 
