@@ -3,6 +3,8 @@
     python3 bench/compile_speed.py                              # duplex:1b and duplex:11b, 56 sessions
     python3 bench/compile_speed.py duplex:tiny --sessions 8 --progress
     python3 bench/compile_speed.py duplex:1b --markdown         # a table row block for bench/RESULTS.md
+    python3 bench/compile_speed.py duplex:11b --pipeline 'wave-expand-pow,wave-fuse,wave-cohort{sessions=56},
+        wave-to-wpk{workers=132},wpk-arena{granularity=op},wpk-schedule{granularity=phase workers=132},wpk-payload'
 
 Each model compiles in a fresh process (peak RSS is per process): build (zoo model to wave IR), every pass
 of the default pipeline, the IR verifier, emit, codegen, report and save, as `wavec compile NAME --sessions
@@ -22,8 +24,9 @@ import tempfile
 import time
 
 
-def measure(model: str, sessions: int, show: bool) -> dict:
-    """Compiles ``model`` in this process and returns its stage timings and counts."""
+def measure(model: str, sessions: int, show: bool, pipeline: str | None = None) -> dict:
+    """Compiles ``model`` in this process (``pipeline``: a spec or YAML file, default the default one) and
+    returns its stage timings and counts."""
     from wavec import progress, zoo
     from wavec.driver import compile_graph
 
@@ -31,13 +34,14 @@ def measure(model: str, sessions: int, show: bool) -> dict:
         t0 = time.perf_counter()
         with p.stage("build"):
             graph = zoo.get(model).lower()
-        profile = compile_graph(graph, sessions=sessions)
+        profile = compile_graph(graph, sessions=sessions, pipeline=pipeline)
         with p.stage("save"):
             profile.save(os.path.join(tmp, "profile"))
         total = time.perf_counter() - t0
     return {
         "model": model,
         "sessions": sessions,
+        "pipeline": pipeline or "default",
         "phases": len(profile.meta["phases"]),
         "tasks": int(len(profile.payloads)),
         "seconds": total,
@@ -47,14 +51,15 @@ def measure(model: str, sessions: int, show: bool) -> dict:
     }
 
 
-def run_child(model: str, sessions: int, show: bool) -> dict:
+def run_child(model: str, sessions: int, show: bool, pipeline: str | None) -> dict:
     cmd = [sys.executable, __file__, model, "--sessions", str(sessions), "--child"] + (["--progress"] if show else [])
+    cmd += ["--pipeline", pipeline] if pipeline else []
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def print_result(r: dict) -> None:
-    print(f"{r['model']} at {r['sessions']} sessions: {r['phases']:,} phases, {r['tasks']:,} tasks, "
+    print(f"{r['model']} at {r['sessions']} sessions ({r['pipeline']} pipeline): {r['phases']:,} phases, {r['tasks']:,} tasks, "
           f"{r['seconds']:.1f} s, peak RSS {r['peak_rss_mb']:,.0f} MiB")
     for name, seconds, rss in r["stages"]:
         print(f"  {name:<16}{seconds:9.2f} s{rss:10,.0f} MiB")
@@ -83,15 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="*", default=["duplex:1b", "duplex:11b"], help="zoo NAME:PRESET (default: duplex:1b duplex:11b)")
     ap.add_argument("--sessions", type=int, default=56)
     ap.add_argument("--progress", action="store_true", help="show each stage and progress bars on stderr")
+    ap.add_argument("--pipeline", help="a pipeline spec or YAML file instead of the default pipeline (as `wavec compile --pipeline`)")
     ap.add_argument("--markdown", action="store_true", help="also print a markdown table (for bench/RESULTS.md)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.models[0], args.sessions, args.progress)))
+        print(json.dumps(measure(args.models[0], args.sessions, args.progress, args.pipeline)))
         return 0
     results = []
     for model in args.models:
-        r = run_child(model, args.sessions, args.progress)
+        r = run_child(model, args.sessions, args.progress, args.pipeline)
         print_result(r)
         results.append(r)
     if args.markdown:

@@ -77,7 +77,10 @@ def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, pe
         if len(by_block) == 1:
             (at, k), = by_block
             return distinct_offsets(*footprint_view(params_at[at], k)) * scale
-        views = [footprint_view(params_at[at], k) for at, k in by_block]  # several ops' parts: merge their sets
+        views = list(dict.fromkeys(footprint_view(params_at[at], k) for at, k in by_block))  # several ops' parts
+        spans = sorted(_span(*view) for view in views)
+        if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):  # apart in memory: their sets do not meet
+            return sum(distinct_offsets(*view) for view in views) * scale
         offsets = [view_offsets(shape, strides, 0, int(np.prod(shape, dtype=np.int64))) for shape, strides in views]
         return len(np.unique(np.concatenate(offsets))) * scale
     parts = []
@@ -88,6 +91,13 @@ def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, pe
             elems = (sessions[:, None] * (1 << 32) + elems[None, :]).ravel()
         parts.append(elems)
     return len(np.unique(np.concatenate(parts)))
+
+
+def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """The lowest and highest element offset a strided view touches."""
+    low = sum(min(0, (d - 1) * st) for d, st in zip(shape, strides) if d > 0)
+    high = sum(max(0, (d - 1) * st) for d, st in zip(shape, strides) if d > 0)
+    return low, high
 
 
 def _covered_sessions(group: list[tuple[np.void, int, int]], n_elems: int) -> tuple[int, int] | None:
