@@ -16,7 +16,7 @@ times ``--beats`` beats of
   ([S, dim] @ [dim, dim] per layer, cuBLAS), eager and replayed as one CUDA graph; wall time per beat
   including the host's synchronize, as a beat's deadline sees it.
 
-``floor_us`` is the weight bytes over 4.2 TB/s (device copy bandwidth measured on the H200, brief), and
+``floor_us`` is the weight bytes over 4.2 TB/s (device copy bandwidth measured on this H200), and
 ``GB/s`` the weight bytes over the p50 beat. Prints one table; --json writes the rows.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-HBM_BYTES_PER_S = 4.2e12  # device copy, measured on the H200 (the brief)
+HBM_BYTES_PER_S = 4.2e12  # device copy, measured on the H200 the benchmarks run on
 TOLERANCE = 1e-4  # fp32: max |got - ref| / (1 + max |ref|) against the float64 chain
 
 
@@ -131,7 +131,12 @@ def run_profiles(args) -> list[dict]:
     from wavec.targets.cuda import codegen, runtime
     from wavec.targets.cuda.build import build_cubin
 
-    profiles = [load(path) for path in sorted(args.out.glob("gemm-*"), key=lambda p: int(p.name.split("-")[1]))]
+    paths = sorted(args.out.glob("gemm-*"), key=lambda p: int(p.name.split("-")[1]))
+    if not paths:
+        sys.exit(f"bench/gemm.py: no gemm-N profiles under {args.out}; run `bench/gemm.py compile --out {args.out}` first")
+    if not runtime.gpu_available():
+        sys.exit("bench/gemm.py run: needs a CUDA GPU with cuda-bindings (and torch for the peers)")
+    profiles = [load(path) for path in paths]
     sources = [(codegen.with_cohort_gemm(runtime.kernel_source(p)), runtime.kernel_source(p)) for p in profiles]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
         built = list(pool.map(build_cubin, [src for pair in sources for src in pair]))
@@ -178,14 +183,14 @@ def print_table(rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["compile", "run"])
-    ap.add_argument("--out", type=Path, default=ROOT / ".device" / "gemm")
-    ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 64, 256])
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--dim", type=int, default=2048)
-    ap.add_argument("--beats", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("command", choices=["compile", "run"], help="compile the profiles (xDSL) or run them (GPU)")
+    ap.add_argument("--out", type=Path, default=ROOT / ".device" / "gemm", help="profile folder (default .device/gemm)")
+    ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 64, 256], help="cohort sizes to compile (default 1 8 64 256)")
+    ap.add_argument("--layers", type=int, default=8, help="chained linears (default 8)")
+    ap.add_argument("--dim", type=int, default=2048, help="their size, dim x dim (default 2048)")
+    ap.add_argument("--beats", type=int, default=300, help="timed beats per variant (default 300)")
+    ap.add_argument("--warmup", type=int, default=30, help="untimed beats first (default 30)")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     if args.command == "compile":
         compile_profiles(args)

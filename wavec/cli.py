@@ -151,7 +151,8 @@ def _zoo_model(args):
         return None
     given = [flag for flag, values in (("--bind", args.bind), ("--frame", args.frame), ("--state", args.state)) if values]
     if given:
-        raise WavecError(f"{args.model}: {', '.join(given)} apply to ONNX models only; a zoo model declares its inputs and states")
+        verb = "applies" if len(given) == 1 else "apply"
+        raise WavecError(f"{args.model}: {', '.join(given)} {verb} to ONNX models only; a zoo model declares its inputs and states")
     return zoo.get(args.model)
 
 
@@ -276,6 +277,8 @@ def cmd_report(args) -> int:
     from wavec.report import build_report, format_report
 
     profile = load(args.profile)
+    if args.gantt:  # a bad --gantt fails before the report is printed
+        check_gantt_target(Path(args.gantt))
     report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
     print(json.dumps(report, indent=1) if args.json else format_report(report))
     if args.gantt:
@@ -283,10 +286,8 @@ def cmd_report(args) -> int:
     return 0
 
 
-def write_gantt(profile, path: Path) -> None:
-    from wavec.analysis.timeline import gantt_png, model_timeline
-    from wavec.hw import load_hw
-
+def check_gantt_target(path: Path) -> None:
+    """Raises WavecError when the Gantt chart cannot be written to ``path``."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as e:
@@ -295,6 +296,13 @@ def write_gantt(profile, path: Path) -> None:
         raise WavecError(f"--gantt {path}: the picture is a PNG; name the file *.png")
     if not path.parent.is_dir():
         raise WavecError(f"--gantt {path}: folder {path.parent} does not exist")
+
+
+def write_gantt(profile, path: Path) -> None:
+    from wavec.analysis.timeline import gantt_png, model_timeline
+    from wavec.hw import load_hw
+
+    check_gantt_target(path)
     try:
         timeline = model_timeline(profile, load_hw(profile.meta["hw"]))
     except ValueError as e:
