@@ -279,7 +279,7 @@ def test_cli_compiles_and_imports_a_zoo_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.startswith("// wave IR of lstm_stack_tiny (wavec builder)") and 'wave.state "lstm0.c"' in text
     assert wavec_main(["import", "lstm_stack:tiny", "--frame", "x=3"]) == 1
-    assert "apply to ONNX models only" in capsys.readouterr().err
+    assert "--frame applies to ONNX models only" in capsys.readouterr().err
 
 
 def test_lowered_module_has_no_dead_ops():
