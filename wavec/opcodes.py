@@ -636,15 +636,19 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
         rows = np.unique(view_offsets(params.shape, params.in_strides, begin, end))
         red = np.unique(view_offsets(params.rshape, params.rstrides, 0, int(np.prod(params.rshape, dtype=np.int64))))
         return _sum_set(rows, red)
-    if operand == 0:  # conv x: the images of the batch rows in the tile
+    return np.arange(*_conv_operand_range(params, operand, begin, end), dtype=np.int64)
+
+
+def _conv_operand_range(params: "ConvParams", operand: int, begin: int, end: int) -> tuple[int, int]:
+    """The element range ``[start, stop)`` output elements ``[begin, end)`` touch in a conv's x (the images
+    of the tile's batch rows), w or bias (whole)."""
+    if operand == 0:
         per_out = params.n_elems // params.batch
         per_in = params.c_in * int(np.prod(params.in_sp, dtype=np.int64))
-        first, last = begin // per_out, (end - 1) // per_out
-        return np.arange(first * per_in, (last + 1) * per_in, dtype=np.int64)
+        return begin // per_out * per_in, ((end - 1) // per_out + 1) * per_in
     if operand == 1:
-        per_w = params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
-        return np.arange(per_w, dtype=np.int64)
-    return np.arange(params.c_out, dtype=np.int64)
+        return 0, params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
+    return 0, params.c_out
 
 
 def _sum_set(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -688,13 +692,10 @@ def distinct_offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     everything the smaller ones span. Otherwise (sliding windows) it enumerates them."""
     if any(d == 0 for d in shape):
         return 0
-    axes = sorted((abs(st), d) for d, st in zip(shape, strides) if d > 1 and st != 0)
-    span = 0
-    for stride, extent in axes:
-        if stride <= span:
-            return len(np.unique(view_offsets(tuple(shape), tuple(strides), 0, int(np.prod(shape, dtype=np.int64)))))
-        span += (extent - 1) * stride
-    return int(np.prod([d for _, d in axes], dtype=np.int64))
+    kept = [(d, st) for d, st in zip(shape, strides) if st != 0]  # broadcast axes repeat offsets, adding none
+    if _injective(tuple(d for d, _ in kept), tuple(st for _, st in kept)):
+        return int(np.prod([d for d, _ in kept], dtype=np.int64))
+    return len(np.unique(view_offsets(tuple(shape), tuple(strides), 0, int(np.prod(shape, dtype=np.int64)))))
 
 
 def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs: int) -> int:
@@ -708,7 +709,8 @@ def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs:
     elif isinstance(params, ReduceParams) and operand != OUT:
         outer = (params.shape, params.in_strides, params.rshape, params.rstrides)
     if isinstance(params, ConvParams) and operand < params.epilogue_slot and operand != OUT:
-        return _conv_footprint_size(params, operand, begin, end)
+        start, stop = _conv_operand_range(params, operand, begin, end)
+        return stop - start
     if outer is None:
         pointwise = operand == OUT or isinstance(params, EwiseParams) or (
             isinstance(params, (MatmulParams, ConvParams)) and operand >= params.epilogue_slot)
@@ -722,16 +724,6 @@ def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs:
     if _sums_are_distinct(rows, inner) or _sums_are_distinct(inner, rows):
         return len(rows) * len(inner)
     return len(footprint(params, operand, begin, end, n_inputs))
-
-
-def _conv_footprint_size(params: "ConvParams", operand: int, begin: int, end: int) -> int:
-    """len(footprint(...)) of a conv's x, w or bias (ranges of distinct elements), without building them."""
-    if operand == 0:
-        per_out = params.n_elems // params.batch
-        return ((end - 1) // per_out - begin // per_out + 1) * params.c_in * int(np.prod(params.in_sp, dtype=np.int64))
-    if operand == 1:
-        return params.c_out * (params.c_in // params.group) * int(np.prod(params.kernel, dtype=np.int64))
-    return params.c_out
 
 
 def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

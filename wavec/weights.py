@@ -174,12 +174,6 @@ def stored_position(arena_bytes: int, generated: list[dict], offset: int) -> int
     raise ValueError(f"weights arena byte {offset} belongs to a generated weight, not to weights.bin")
 
 
-def pack_stored(image: np.ndarray, generated: list[dict]) -> np.ndarray:
-    """weights.bin's bytes: the stored ranges of the arena ``image`` (uint8), concatenated."""
-    parts = [image[b:e] for b, e in stored_ranges(len(image), generated)]
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
-
-
 def unpack_stored(stored: np.ndarray, arena_bytes: int, generated: list[dict]) -> np.ndarray:
     """The arena image (uint8, generated weights left zero) from weights.bin's bytes. Raises ValueError
     when the sizes disagree."""
