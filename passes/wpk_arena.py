@@ -3,9 +3,13 @@
 Weights, state, input and output buffers are packed one after another. Activation buffers share offsets
 by liveness (wavec.analysis.liveness), at the `granularity` option's grain:
 - `op`: a buffer is live, whole, from the phase that writes it to the last phase that reads it;
-- `tile` (default): each 4-byte word is live from the first phase whose task footprints touch it to the
+- `tile`: each 4-byte word is live from the first phase whose task footprints touch it to the
   last one, so the slices of a buffer that different phases consume (an STFT's real and imaginary
-  halves) are recycled one by one, and words no task touches are never live.
+  halves) are recycled one by one, and words no task touches are never live;
+- `auto` (default): `tile` while one session's activation buffers hold at most `max-tile-words` words
+  (its word liveness takes 16 bytes a word: 1 GiB at the default 2^26), else `op` (duplex:1b holds
+  4.0e7 words a session; duplex:11b 4.4e8, and tile liveness ran out of 23 GB on it). The module's
+  `wpk.arena_granularity` says which one ran.
 A phase's inputs and output are always live together, so a task never overwrites what a task of its own
 phase reads. First-fit placement gives each buffer the lowest offset at which none of its live segments
 overlaps, in bytes and in phases, a segment already placed; it runs in three orders (decreasing size,
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -94,17 +98,27 @@ class WpkArena(ModulePass):
 
     name = "wpk-arena"
     granularity: str = field(
-        default="tile",
+        default="auto",
         metadata={"help": "tile: recycle activation bytes word by word, after the last phase whose tasks touch "
-                          "them; op: recycle whole buffers after their last reading phase"},
+                          "them; op: recycle whole buffers after their last reading phase; auto: tile up to "
+                          "max-tile-words, else op"},
     )
+    max_tile_words: int = field(
+        default=1 << 26,
+        metadata={"help": "auto: the most activation words of one session that tile liveness tracks"},
+    )
+
+    def _granularity(self, words: int) -> str:
+        if self.granularity != "auto":
+            return self.granularity
+        return "tile" if words <= self.max_tile_words else "op"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
         if n is None:
             raise PassFailedException("wpk-arena: the module has no wave.cohort attribute; run wave-cohort first")
-        if self.granularity not in GRANULARITIES:
-            raise PassFailedException(f"wpk-arena: granularity must be op or tile, got {self.granularity!r}")
+        if self.granularity not in (*GRANULARITIES, "auto"):
+            raise PassFailedException(f"wpk-arena: granularity must be op, tile or auto, got {self.granularity!r}")
         phases = phases_of(op)
         if any(t.worker is not None for phase in phases for t in phase.tasks):
             raise PassFailedException(
@@ -122,9 +136,11 @@ class WpkArena(ModulePass):
         per_session = {name: align(buffers[name].nbytes) for name in act if buffers[name].stride}
         shared = {name: size for name, size in act.items() if name not in per_session}
         whole = op_segments({**per_session, **shared}, ranges)
+        words = {name: buffers[name].nbytes // ELEM_BYTES for name in act}
+        granularity = self._granularity(sum(words.values()))
         candidates = [whole]  # op granularity: whole buffers
-        if self.granularity == "tile":
-            exact = tile_segments(phases, {name: buffers[name].nbytes // ELEM_BYTES for name in act})
+        if granularity == "tile":
+            exact = tile_segments(phases, words)
             padded = padded_tails(exact, {name: (buffers[name].nbytes, align(buffers[name].nbytes)) for name in act})
             # Word liveness places best; with the alignment padding live too, or whole buffers, the same
             # orders sometimes place better still: all are safe, the smallest wins (never worse than op).
@@ -144,6 +160,7 @@ class WpkArena(ModulePass):
             if name in offsets:
                 totals[arena] = max(totals[arena], offsets[name] + sizes[name])
                 b.properties["offset"] = IntegerAttr(offsets[name], i64)
+        op.attributes["wpk.arena_granularity"] = StringAttr(granularity)
         op.attributes["wpk.arena_bytes"] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in totals.items()})
         op.attributes["wpk.act_lower_bound"] = IntegerAttr(
             max_live(bound, {name: n for name in per_session}), i64

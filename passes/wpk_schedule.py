@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -53,6 +53,7 @@ from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS
 from wavec.progress import current as current_progress
 
 TRACKED_ARENAS = ("state", "act", "output")  # the arenas tasks write; weights and input are read-only
+MAX_COUNTERS = 0xFFFF  # signal_phase is a u16 (wavec.payload)
 
 
 def phases_of(module: ModuleOp) -> list[wpk.PhaseOp]:
@@ -74,6 +75,7 @@ class _Task:
     writes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flops: int = 0
     nbytes: int = 0
+    words: int = 0  # tracked words touched, counted when the words themselves are not listed
     cost: float = 0.0
     deps: set = field(default_factory=set)  # direct conflicting earlier tasks
     waits: list = field(default_factory=list)  # counter units (see _Counter)
@@ -104,7 +106,7 @@ def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
         params = part.params
         s0, s1, e0, e1 = parts.bounds(t.op)
         n_in = part.n_inputs
-        reads, writes, nbytes = [], [], 0
+        reads, writes, nbytes, words = [], [], 0, 0
         for operand, name, elem_offset in part.slots:
             stride, arena, offset = layout[name]
             fkey = (part.words, operand, e0, e1)  # relative sets depend on the parameter block only
@@ -113,6 +115,7 @@ def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
                 if size is None:
                     size = rel_cache[(None, *fkey)] = footprint_size(params, operand, e0, e1, n_in)
                 nbytes += ELEM_BYTES * size * ((s1 - s0) if stride else 1)
+                words += size * ((s1 - s0) if stride else 1) if arena in TRACKED_ARENAS else 0
                 continue
             rel = rel_cache.get(fkey)
             if rel is None:
@@ -131,6 +134,7 @@ def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
         t.writes = (writes[0] if len(writes) == 1 else np.concatenate(writes)) if writes else empty
         t.flops = (s1 - s0) * (e1 - e0) * flops_per_element(params)
         t.nbytes = nbytes
+        t.words = words
         t.sessions = (s0, s1)
 
     return fill
@@ -239,10 +243,31 @@ class WpkSchedule(ModulePass):
     task_overhead_us: float = field(default=0.3, metadata={"help": "fixed cost of one task (fetch, waits, signal)"})
     handoff_us: float = field(default=-1.0, metadata={"help": "latency of a wait across workers (<0: the target's)"})
     granularity: str = field(
-        default="tile",
+        default="auto",
         metadata={"help": "tile: wait only for the tiles whose bytes a task touches; phase: every task waits for "
-                          "the whole previous phase (a grid-wide barrier per op, the baseline)"},
+                          "the whole previous phase (a grid-wide barrier per op, the baseline); auto: tile up to "
+                          "max-tile-words, else phase"},
     )
+    max_tile_words: int = field(
+        default=1 << 26,
+        metadata={"help": "auto: the most tracked words (summed over tasks) whose dependencies tile derives"},
+    )
+
+    def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> str:
+        """The granularity to run; fills every task's counts (FLOPs, bytes, tracked words) unless it is tile,
+        whose dependency sweep fills them itself."""
+        if self.granularity not in ("tile", "phase", "auto"):
+            raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
+        if self.granularity == "tile":
+            return "tile"
+        fill = _footprints(buffers, {})  # sizes only, in closed form: no word lists
+        for t in tasks:
+            fill(t)
+        if self.granularity == "phase":
+            return "phase"
+        groups = len({(t.phase, t.sessions) for t in tasks}) + len({t.phase for t in tasks})
+        words = sum(t.words for t in tasks)
+        return "tile" if words <= self.max_tile_words and groups < MAX_COUNTERS else "phase"
 
     def _rates(self) -> tuple[float, float, float]:
         """(FLOP/s, bytes/s) of one SM and the cross-worker handoff in microseconds."""
@@ -314,14 +339,8 @@ class WpkSchedule(ModulePass):
                 members.append(len(tasks))
                 tasks.append(_Task(t, len(tasks), p))
             phases.append(members)
-        if self.granularity not in ("tile", "phase"):
-            raise PassFailedException(f"wpk-schedule: granularity must be tile or phase, got {self.granularity!r}")
-        if self.granularity == "phase":
-            # A barrier per phase orders every access: no footprints to intersect, only each task's cost.
-            fill = _footprints(buffers, {})
-            for t in tasks:
-                fill(t)
-        else:
+        granularity = self._granularity(tasks, buffers)
+        if granularity == "tile":
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
             t.cost = self.task_overhead_us + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
@@ -334,7 +353,7 @@ class WpkSchedule(ModulePass):
         for p, members in enumerate(phases):
             by_range: dict[tuple[int, int], list[int]] = {}
             for i in members:  # behind barriers only whole phases are waited on: one group, one counter
-                by_range.setdefault(tasks[i].sessions if self.granularity == "tile" else (0, 0), []).append(i)
+                by_range.setdefault(tasks[i].sessions if granularity == "tile" else (0, 0), []).append(i)
             ids = []
             first_group = n_groups
             for rng in sorted(by_range):
@@ -355,7 +374,7 @@ class WpkSchedule(ModulePass):
         anc = [0] * len(tasks)  # bitset of the groups that happen before the task through its waits
         close = _CounterClosure(counters, anc)
         closure = close.memo
-        if self.granularity == "phase":
+        if granularity == "phase":
             _barrier_waits(tasks, phases, phase_counter)
         for t in tasks:
             if not t.deps:
@@ -478,9 +497,12 @@ class WpkSchedule(ModulePass):
             t.op.set_schedule(worker_of[t.index], position[t.index], pairs, counters[t.group].index, signal_phase)
             n_waits += len(pairs)
             phase_waits += sum(1 for c in t.waits if counters[c].whole_phase)
-        if next_counter > 0xFFFF:
-            raise PassFailedException(f"wpk-schedule: {next_counter} counters; signal_phase holds at most 65535")
+        if next_counter > MAX_COUNTERS:
+            raise PassFailedException(
+                f"wpk-schedule: {next_counter} counters; signal_phase holds at most {MAX_COUNTERS}: use granularity=phase"
+            )
         beat = float(max(finish)) if finish else 0.0
+        op.attributes["wpk.granularity"] = StringAttr(granularity)
         op.attributes["wpk.workers"] = IntegerAttr(self.workers, i64)
         op.attributes["wpk.counters"] = IntegerAttr(next_counter, i64)
         op.attributes["wpk.beat_us"] = FloatAttr(round(beat, 3), f64)

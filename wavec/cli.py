@@ -312,10 +312,17 @@ def write_gantt(profile, path: Path) -> None:
 
 
 def cmd_verify(args) -> int:
+    from wavec.errors import VerificationTooLarge
     from wavec.profile import load
     from wavec.verify import verify_profile
 
-    report = verify_profile(load(args.profile))
+    if args.max_incidences < 0:
+        raise WavecError(f"--max-incidences must be >= 0 (0: no limit), got {args.max_incidences}")
+    try:
+        report = verify_profile(load(args.profile), max_incidences=args.max_incidences)
+    except VerificationTooLarge as e:
+        print(f"wavec: {args.profile}: not verified: {' '.join(str(e).split())}", file=sys.stderr)
+        return 3
     print(f"{args.profile}: {report.summary()}")
     return 0
 
@@ -391,6 +398,8 @@ def cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from wavec.verify import MAX_INCIDENCES
+
     parser = argparse.ArgumentParser(prog="wavec", description="Compile a streaming model into one persistent GPU kernel.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -435,8 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also plan the activations with TVM Relax's StaticPlanBlockMemory (needs apache-tvm)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("verify", help="prove a profile race-free and its sessions isolated")
+    p = sub.add_parser("verify", help="prove a profile race-free and its sessions isolated (exit 1: a violation, "
+                                      "3: too large for the budget)")
     p.add_argument("profile")
+    p.add_argument("--max-incidences", type=int, default=MAX_INCIDENCES,
+                   help=f"memory budget: word segments covered by all accesses, about 250 bytes each "
+                        f"(default {MAX_INCIDENCES:,}; 0: no limit)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("payload-layout", help="print the 128-byte task record layout")

@@ -59,7 +59,8 @@ def _states(buffers: dict[str, wpk.BufferOp]) -> list[dict]:
 
 def schedule_summary(module: ModuleOp) -> dict:
     """wpk-schedule's modeled facts (module attributes) for profile.json's ``schedule``: beat time and
-    critical path (us), per-worker load [min, mean, max] (us), wait slots used and full-phase waits."""
+    critical path (us), per-worker load [min, mean, max] (us), wait slots used and full-phase waits; the
+    granularities wpk-schedule and wpk-arena ran at, and wpk-verify's outcome."""
     attrs = module.attributes
     out: dict = {}
     for key, name in (("wpk.beat_us", "beat_us"), ("wpk.critical_path_us", "critical_path_us")):
@@ -70,6 +71,10 @@ def schedule_summary(module: ModuleOp) -> dict:
     for key, name in (("wpk.waits", "waits"), ("wpk.phase_waits", "phase_waits")):
         if key in attrs:
             out[name] = int(attrs[key].value.data)
+    for key, name in (("wpk.granularity", "granularity"), ("wpk.arena_granularity", "arena_granularity"),
+                      ("wpk.verified", "verified")):
+        if key in attrs:
+            out[name] = attrs[key].data
     return out
 
 
@@ -94,8 +99,8 @@ def stored_weights(
     wavec.weights.GeneratedWeight is only recorded: no byte of it is made, so compiling an 11-billion
     parameter model needs no memory for its weights."""
     weights = [b for b in buffers.values() if b.arena.data == "weights"]
-    if blob is None:
-        return np.zeros(arena_bytes, np.uint8), []
+    if blob is None:  # a read-only view of one zero byte: verification never reads weight values
+        return np.broadcast_to(np.zeros(1, np.uint8), (arena_bytes,)), []
     values = {}
     for buf in weights:
         key = _attr_value(buf, "blob")
@@ -127,8 +132,8 @@ def profile_from_module(
     bindings: dict | None = None,
     kernel_source: str = "",
 ) -> Profile:
-    """Builds the Profile of a fully lowered module. ``weights=None`` leaves the weights image zeroed
-    (enough for verification, which never reads weight values)."""
+    """Builds the Profile of a fully lowered module. ``weights=None`` leaves the weights image zeroed, in
+    no memory (enough for verification, which never reads weight values)."""
     buffers = buffers_of(module)
     workers = module.attributes["wpk.workers"].value.data
     arena_bytes = {k: v.value.data for k, v in module.attributes["wpk.arena_bytes"].data.items()}

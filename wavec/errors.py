@@ -18,6 +18,10 @@ class VerificationError(WavecError):
     """The schedule is not race-free, or a task touches another session slot's state."""
 
 
+class VerificationTooLarge(WavecError):
+    """The profile is larger than the verifier's memory budget allows it to prove (not a violation)."""
+
+
 class RuntimeBackendError(WavecError):
     """A backend (CUDA, interp) cannot run the profile: no device, bad inputs, a failed build."""
 

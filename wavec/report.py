@@ -189,6 +189,10 @@ def format_report(report: dict) -> str:
             f"modeled beat: {sc.get('beat_us', 0.0):.2f} us (critical path {sc.get('critical_path_us', 0.0):.2f} us; "
             f"worker load min/mean/max {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} us)"
         )
+        if "granularity" in sc:
+            lines.append(f"dependencies at {sc['granularity']} granularity, activations recycled at "
+                         f"{sc.get('arena_granularity', 'tile')} granularity")
+        lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
     lines.append(f"{'phase':<28}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
     for p in report["phases"]:
         lines.append(f"{p['name']:<28}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}")

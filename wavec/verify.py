@@ -33,6 +33,11 @@ the arena, the byte range, the kind of conflict and what to do):
 Beats are separated by a full barrier (counter 0), so state carried from beat b to b + 1 and the two
 halves of the double-buffered input and output need no further ordering.
 
+Budget. Checks 4 and 5 cost memory in proportion to the *incidences*: the elementary word segments that
+each access's word intervals cover, summed (about 250 bytes each at their peak). Above ``max_incidences``
+(default 2e7, some 5 GB) the verifier raises `VerificationTooLarge` before it allocates them, naming the
+count: duplex:1b at one session has 9.2e7 (it ran out of 23 GB), Silero at 1,024 sessions 3.5e5.
+
 A phase is a named group of tasks from ``meta["phases"]``: its ``tasks`` are a list of task ids, or a count
 (as wavec.emit writes: task ids follow program order, so phase i holds the next ``tasks`` ids) when the
 counts add up to the number of tasks; otherwise the tasks that signal one phase-wide counter
@@ -47,9 +52,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs
+from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs, segment_incidences
 from wavec.analysis.happens_before import HappensBefore, build_happens_before
-from wavec.errors import VerificationError, WavecError
+from wavec.errors import VerificationError, VerificationTooLarge, WavecError
 from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, decode_expr, unpack_params
 from wavec.payload import operand_arena
 from wavec.profile import Profile
@@ -79,18 +84,26 @@ class VerifyReport:
         )
 
 
-def verify_profile(profile: Profile) -> VerifyReport:
+MAX_INCIDENCES = 20_000_000
+
+
+def verify_profile(profile: Profile, max_incidences: int = MAX_INCIDENCES) -> VerifyReport:
     """Proves ``profile`` race-free and session-isolated, or raises VerificationError naming the first
-    violation (see the module docstring for the checks and their order)."""
-    return _Verifier(profile).run()
+    violation (see the module docstring for the checks and their order), or VerificationTooLarge when the
+    proof would need more than ``max_incidences`` (0: no limit)."""
+    return _Verifier(profile, max_incidences).run()
 
 
 def main(profile_dir: str) -> int:
-    """`wavec verify DIR`: prints the summary line, or the violation on one line; returns the exit code."""
+    """`python3 -m wavec.verify DIR`: prints the summary line, or the violation on one line; returns the
+    exit code (1: a violation, 3: too large to verify)."""
     from wavec.profile import load
 
     try:
         report = verify_profile(load(profile_dir))
+    except VerificationTooLarge as e:
+        print(f"{profile_dir}: not verified: {e}")
+        return 3
     except WavecError as e:
         print(f"{profile_dir}: {type(e).__name__}: {e}".replace("\n", " "))
         return 1
@@ -102,8 +115,9 @@ def main(profile_dir: str) -> int:
 
 
 class _Verifier:
-    def __init__(self, profile: Profile):
+    def __init__(self, profile: Profile, max_incidences: int = MAX_INCIDENCES):
         self.p = profile
+        self.max_incidences = max_incidences
         self.meta = profile.meta
         self.rec = profile.payloads
         self.n = len(self.rec)
@@ -355,6 +369,7 @@ class _Verifier:
     def footprints(self) -> list[Access]:
         cache = FootprintCache(self.p.params, unpack_params)
         out: list[Access] = []
+        intervals = 0  # every interval covers a segment at least: a lower bound of the incidences
         for r in range(self.n):
             rec = self.rec[r]
             params = self.params[r]
@@ -369,7 +384,20 @@ class _Verifier:
                     continue
                 self.check_access(acc)
                 out.append(acc)
+                if acc.arena in SHARED_ARENAS:
+                    intervals += len(rb) * (acc.n_sessions if acc.stride else 1)
+            self.check_budget(intervals, "at least")
         return out
+
+    def check_budget(self, incidences: int, bound: str = "") -> None:
+        if self.max_incidences and incidences > self.max_incidences:
+            raise VerificationTooLarge(
+                f"{self.n} tasks touch {bound + ' ' if bound else ''}{incidences:,} word segments of the state, act "
+                f"and output arenas (counted per access), over the verifier's budget of {self.max_incidences:,} "
+                "(about 250 bytes each): verify a smaller cohort of the same model, or raise the budget "
+                "(`wavec verify --max-incidences N`, wpk-verify{max_incidences=N}; 0 for none) on a machine "
+                "with the memory"
+            )
 
     def check_access(self, acc: Access) -> None:
         r, k, arena = acc.row, acc.operand, acc.arena
@@ -471,7 +499,7 @@ class _Verifier:
         acc_op = np.array([a.operand for a in accesses], np.int64)
         self.acc_op = acc_op
         self.in_place_ok = np.array([self.same_view_as_output(a) for a in accesses], bool)
-        total_intervals = 0
+        total_intervals = total_incidences = 0
         scans = []
         for arena in SHARED_ARENAS:
             idx = [i for i, a in enumerate(accesses) if a.arena == arena]
@@ -482,6 +510,8 @@ class _Verifier:
             ends = np.concatenate([p[1] for p in parts])
             which = np.repeat(np.asarray(idx, np.int64), [len(p[0]) for p in parts])
             total_intervals += len(begins)
+            total_incidences += segment_incidences(begins, ends)
+            self.check_budget(total_incidences)
             g = access_groups(begins, ends, which, len(accesses))
             twice = np.flatnonzero((g.member_count > 1) & acc_write[g.member_acc])
             if len(twice):
@@ -758,8 +788,24 @@ class _Verifier:
                     )
 
     # ---- driver --------------------------------------------------------------------------------
+    def intervals_at_least(self) -> int:
+        """A lower bound of the incidences from the payload table alone, in numpy: every operand of a
+        non-empty tile in a shared arena covers one segment per session at least (a large program is
+        refused in a second, before the per-task checks)."""
+        rec = self.rec
+        sessions = np.maximum(rec["session_end"].astype(np.int64) - rec["session_begin"].astype(np.int64), 0)
+        busy = (rec["elem_end"] > rec["elem_begin"]) & (sessions > 0)
+        n_in = rec["n_inputs"].astype(np.int64)
+        total = 0
+        for k in [*range(MAX_INPUTS), OUT]:
+            arena = (rec["arenas"].astype(np.int64) >> (4 * k)) & 0xF
+            used = busy & np.isin(arena, [int(a) for a in SHARED_ARENAS]) & ((k < n_in) if k != OUT else True)
+            total += int(np.where(rec["session_stride"][:, k] != 0, sessions, 1)[used].sum())
+        return total
+
     def run(self) -> VerifyReport:
         t0 = time.perf_counter()
+        self.check_budget(self.intervals_at_least(), "at least")
         self.structure()
         rec = self.rec
         hb = build_happens_before(

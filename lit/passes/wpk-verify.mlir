@@ -1,5 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify' | filecheck %s
 // RUN: wavec-opt %S/Inputs/wpk-verify-race.mlir -p wpk-verify --verify-diagnostics | filecheck %s --check-prefix=RACE
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify{max_incidences=1}' 2>&1 | filecheck %s --check-prefix=BUDGET
 
 // The pipeline's own schedule verifies: the pass leaves the program unchanged.
 builtin.module attributes {wave.cohort = 2 : i64} {
@@ -10,7 +11,11 @@ builtin.module attributes {wave.cohort = 2 : i64} {
     func.return
   }
 }
+// CHECK:       wpk.verified = "verified: 4 tasks, {{[0-9]+}} edges, {{[0-9]+}} conflicting pairs ordered"
 // CHECK:       wpk.phase "ewise_1"
+// Over the memory budget the program is left unproved, with a warning and the reason in wpk.verified.
+// BUDGET:      wpk-verify: warning: not verified: 4 tasks touch at least 6 word segments
+// BUDGET:      wpk.verified = "not verified: 4 tasks
 // Session 0's copy runs on the worker that computed session 0's relu, right after it: worker order alone
 // orders them, so it waits on nothing.
 // CHECK:       wpk.phase "output_y"

@@ -123,6 +123,14 @@ class AccessGroups:
         return int(self.points[segment]) * ELEM_BYTES, int(self.points[segment + 1]) * ELEM_BYTES
 
 
+def segment_incidences(begins: np.ndarray, ends: np.ndarray) -> int:
+    """How many (interval, elementary segment) pairs `access_groups` would cover: the size its member
+    lists grow with, counted in O(intervals log intervals) before anything is allocated per segment."""
+    keep = ends > begins
+    points = np.unique(np.concatenate([begins[keep], ends[keep]]))
+    return int((np.searchsorted(points, ends[keep]) - np.searchsorted(points, begins[keep])).sum())
+
+
 def access_groups(begins: np.ndarray, ends: np.ndarray, acc_of_interval: np.ndarray, n_acc: int) -> AccessGroups:
     """Groups the word intervals of one arena (see the module docstring) without expanding them per
     segment: a segment's multiset of covering accesses is hashed as a prefix sum over interval ends
