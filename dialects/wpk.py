@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 
@@ -40,8 +41,19 @@ ROLES = ("input", "output", "state", "weight", "act", "reset")
 OPCODE_NAMES = tuple(o.name.lower() for o in Opcode)
 
 
+_STRUCT_CODES = {64: "q", 32: "i"}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _unpack(raw: bytes, code: str) -> tuple[int, ...]:
+    return struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw)
+
+
 def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
-    return tuple(attr.get_values()) if attr is not None else ()
+    """The integers of a dense array, decoded once per distinct byte string: the hundreds of thousands of
+    tasks of a large cohort share a few attributes, and every pass and verify() reads them again
+    (DenseArrayBase.get_values decodes element by element)."""
+    return _unpack(attr.data.data, _STRUCT_CODES[attr.elt_type.width.data]) if attr is not None else ()
 
 
 def _i64s(values: Sequence[int]) -> DenseArrayBase:
@@ -213,8 +225,13 @@ class TaskOp(IRDLOperation):
         return _ints(self.params)
 
     @property
+    def wait_words(self) -> tuple[int, ...]:
+        """counter, count, counter, count, ... (the payload's order)."""
+        return _ints(self.waits)
+
+    @property
     def wait_pairs(self) -> list[tuple[int, int]]:
-        w = _ints(self.waits)
+        w = self.wait_words
         return list(zip(w[0::2], w[1::2]))
 
     def set_schedule(self, worker: int, order: int, waits: Sequence[tuple[int, int]], signal: int,
@@ -247,7 +264,7 @@ class TaskOp(IRDLOperation):
         for what, rng in (("sessions", self.session_range), ("elems", self.elem_range)):
             if len(rng) != 2 or not 0 <= rng[0] < rng[1]:
                 raise VerifyException(f"wpk.task: {what} must be a non-empty [begin, end) range, got {list(rng)}")
-        if self.params.get_values() and self.params.get_values()[0] != Opcode[self.opcode.data.upper()]:
+        if self.param_words and self.param_words[0] != Opcode[self.opcode.data.upper()]:
             raise VerifyException(f"wpk.task: params block is not a {self.opcode.data} block")
         if self.waits is not None and (len(_ints(self.waits)) % 2 or len(self.wait_pairs) > MAX_WAITS):
             raise VerifyException(f"wpk.task: waits must be at most {MAX_WAITS} (counter, count) pairs")

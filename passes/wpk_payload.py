@@ -27,7 +27,7 @@ from wavec.dialects.wpk import ARENA_NAMES
 from wavec.opcodes import OUT, EwiseParams, Opcode, decode_expr
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_schedule import phases_of
-from wavec.payload import PAYLOAD_DTYPE, pack_arenas
+from wavec.payload import MAX_WAITS, PAYLOAD_DTYPE, pack_arenas
 
 
 def tasks_of(module: ModuleOp) -> list[wpk.TaskOp]:
@@ -57,15 +57,21 @@ def number_ewise_bodies(tasks: list[wpk.TaskOp]) -> int:
 
     index: dict[tuple[str, int, int], int] = {}
     numbered = 0
+    renumbered: dict[tuple[int, ...], object] = {}  # block -> its numbered block's attribute, shared by the tiles
     for task in tasks:
         if task.opcode.data != "ewise":
             continue
-        params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
-        key = _ewise_key(params)
-        if key not in index:
-            index[key] = numbered if supports(decode_expr(params.code)) else -1
-            numbered += index[key] >= 0
-        task.set_params(replace(params, body=index[key]).pack())
+        block = task.param_words
+        attr = renumbered.get(block)
+        if attr is None:
+            params = EwiseParams.unpack(np.asarray(block, np.int64), 0)
+            key = _ewise_key(params)
+            if key not in index:
+                index[key] = numbered if supports(decode_expr(params.code)) else -1
+                numbered += index[key] >= 0
+            task.set_params(replace(params, body=index[key]).pack())
+            attr = renumbered[block] = task.params
+        task.properties["params"] = attr
     return numbered
 
 
@@ -90,39 +96,57 @@ def ewise_body_table(module: ModuleOp) -> list[dict]:
     return [table[b] for b in range(len(table))]
 
 
-def encode_task(task_id: int, task: wpk.TaskOp, params_at: int, buffers: dict[str, wpk.BufferOp]) -> np.ndarray:
-    if task.worker is None:
-        raise PassFailedException("wpk-payload: task has no worker; run wpk-schedule first")
-    rec = np.zeros((), PAYLOAD_DTYPE)
-    rec["opcode"] = Opcode[task.opcode.data.upper()]
-    rec["worker"] = task.worker.value.data
-    waits = task.wait_pairs
-    rec["n_waits"] = len(waits)
-    for i, (counter, count) in enumerate(waits):
-        rec["wait_counter"][i], rec["wait_count"][i] = counter, count
-    rec["task"], rec["signal"] = task_id, task.signal.value.data
-    rec["signal_phase"] = task.signal_phase.value.data if task.signal_phase is not None else 0
-    rec["session_begin"], rec["session_end"] = task.session_range
-    rec["elem_begin"], rec["elem_end"] = task.elem_range
-    rec["params"] = params_at
-    rec["n_inputs"] = len(task.input_names)
-    operands = [*zip(task.input_names, task.operand_offsets)]
-    slots = {k: operand for k, operand in enumerate(operands)}
+def operand_fields(task: wpk.TaskOp, buffers: dict[str, wpk.BufferOp]) -> tuple:
+    """The fields every tile of one op shares: opcode, input count, each operand slot's byte offset,
+    session stride and arena (packed)."""
+    slots = dict(enumerate(zip(task.input_names, task.operand_offsets)))
     slots[OUT] = (task.output.data, task.output_offset.value.data)
-    arenas = [0] * (OUT + 1)
+    offsets, strides, arenas = [0] * (OUT + 1), [0] * (OUT + 1), [0] * (OUT + 1)
     for k, (name, elem_offset) in slots.items():
         buf = buffers[name]
         if buf.offset is None:
             raise PassFailedException(f"wpk-payload: buffer {name!r} has no offset; run wpk-arena first")
-        rec["offset"][k] = buf.offset.value.data + 4 * elem_offset
-        rec["session_stride"][k] = buf.stride
+        offsets[k] = buf.offset.value.data + 4 * elem_offset
+        strides[k] = buf.stride
         arenas[k] = ARENA_NAMES.index(buf.arena.data)
-    rec["arenas"] = pack_arenas(arenas)
+    return Opcode[task.opcode.data.upper()], len(task.input_names), offsets, strides, pack_arenas(arenas)
+
+
+def encode_tasks(tasks: list[wpk.TaskOp], buffers: dict[str, wpk.BufferOp], where: dict) -> np.ndarray:
+    """The payload records of ``tasks`` (task id = position), column by column: the operand fields once
+    per distinct op (tiles share their attributes), the tile and schedule fields per task."""
+    if any(t.worker is None for t in tasks):
+        raise PassFailedException("wpk-payload: task has no worker; run wpk-schedule first")
+    rec = np.zeros(len(tasks), PAYLOAD_DTYPE)
+    if not tasks:
+        return rec
+    shared: dict[tuple, tuple] = {}
+    columns: dict[str, list] = {k: [] for k in ("opcode", "n_inputs", "offset", "session_stride", "arenas", "params")}
+    tile, waits = [], np.zeros((len(tasks), 2 * MAX_WAITS), np.int64)
+    n_waits = []
+    for i, task in enumerate(tasks):
+        key = tuple(map(id, (task.inputs, task.input_offsets, task.output, task.output_offset, task.opcode)))
+        fields = shared.get(key)
+        if fields is None:
+            fields = shared[key] = operand_fields(task, buffers)
+        for name, value in zip(("opcode", "n_inputs", "offset", "session_stride", "arenas"), fields):
+            columns[name].append(value)
+        columns["params"].append(where[task.param_words])
+        w = task.wait_words
+        waits[i, : len(w)] = w
+        n_waits.append(len(w) // 2)
+        tile.append((task.worker.value.data, task.signal.value.data,
+                     task.signal_phase.value.data if task.signal_phase is not None else 0,
+                     *task.session_range, *task.elem_range))
+    for name, values in columns.items():
+        rec[name] = values
+    t = np.asarray(tile, np.int64).reshape(-1, 7)
+    for j, name in enumerate(("worker", "signal", "signal_phase", "session_begin", "session_end", "elem_begin", "elem_end")):
+        rec[name] = t[:, j]
+    rec["task"] = np.arange(len(tasks))
+    rec["n_waits"] = n_waits
+    rec["wait_counter"], rec["wait_count"] = waits[:, 0::2], waits[:, 1::2]
     return rec
-
-
-def payload_words(rec: np.ndarray) -> np.ndarray:
-    return np.frombuffer(rec.tobytes(), "<i4")
 
 
 @dataclass(frozen=True)
@@ -136,5 +160,6 @@ class WpkPayload(ModulePass):
         tasks = tasks_of(op)
         number_ewise_bodies(tasks)
         _, where = params_table(tasks)
-        for task_id, task in enumerate(tasks):
-            task.set_payload(payload_words(encode_task(task_id, task, where[task.param_words], buffers)))
+        words = encode_tasks(tasks, buffers, where).view("<i4").reshape(len(tasks), PAYLOAD_DTYPE.itemsize // 4)
+        for task, row in zip(tasks, words):
+            task.set_payload(row)

@@ -46,6 +46,7 @@ counts add up to the number of tasks; otherwise the tasks that signal one phase-
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from dataclasses import dataclass
@@ -126,6 +127,7 @@ class _Verifier:
         self.task_id = self.rec["task"].astype(np.int64)
         self.signal = self.rec["signal"].astype(np.int64)
         self.params: list = [None] * self.n
+        self.fp_cache = FootprintCache(profile.params, unpack_params)
         self._phase_name: dict[int, str] = {}
         self.phase = self._phases()
 
@@ -215,7 +217,7 @@ class _Verifier:
         if (owner < 0).any():
             raise VerificationError(f"{self.name(int(np.flatnonzero(owner < 0)[0]))} belongs to no worker: it never runs")
         self.worker_rows = rows
-        blocks = self.param_blocks()
+        blocks = self.param_blocks
         ids, first, counts = np.unique(self.task_id, return_index=True, return_counts=True)
         if (counts > 1).any():
             t = int(ids[counts > 1][0])
@@ -314,6 +316,7 @@ class _Verifier:
                     "offset, session stride, arena or the task's parameter block"
                 )
 
+    @functools.cached_property
     def param_blocks(self) -> dict:
         """params.bin is a sequence of parameter blocks, packed one after the other: word offset -> the
         decoded block, for every block that decodes and packs back to the same words. A task must point
@@ -367,9 +370,8 @@ class _Verifier:
 
     # ---- 3. footprints -------------------------------------------------------------------------
     def footprints(self) -> list[Access]:
-        cache = FootprintCache(self.p.params, unpack_params)
+        cache = self.fp_cache
         out: list[Access] = []
-        intervals = 0  # every interval covers a segment at least: a lower bound of the incidences
         for r in range(self.n):
             rec = self.rec[r]
             params = self.params[r]
@@ -384,9 +386,6 @@ class _Verifier:
                     continue
                 self.check_access(acc)
                 out.append(acc)
-                if acc.arena in SHARED_ARENAS:
-                    intervals += len(rb) * (acc.n_sessions if acc.stride else 1)
-            self.check_budget(intervals, "at least")
         return out
 
     def check_budget(self, incidences: int, bound: str = "") -> None:
@@ -788,24 +787,45 @@ class _Verifier:
                     )
 
     # ---- driver --------------------------------------------------------------------------------
-    def intervals_at_least(self) -> int:
-        """A lower bound of the incidences from the payload table alone, in numpy: every operand of a
-        non-empty tile in a shared arena covers one segment per session at least (a large program is
-        refused in a second, before the per-task checks)."""
+    def count_intervals(self) -> int:
+        """The word intervals of all accesses to the shared arenas, which the incidences are at least,
+        from the footprint runs of each distinct tile (cached, and reused by `footprints`): a program
+        over the budget is refused before the per-task checks. Rows whose parameters are malformed count
+        nothing here; `structure` reports them."""
+        blocks = self.param_blocks
         rec = self.rec
-        sessions = np.maximum(rec["session_end"].astype(np.int64) - rec["session_begin"].astype(np.int64), 0)
-        busy = (rec["elem_end"] > rec["elem_begin"]) & (sessions > 0)
-        n_in = rec["n_inputs"].astype(np.int64)
+        strided = ((rec["session_stride"] != 0) * (1 << np.arange(rec["session_stride"].shape[1]))).sum(axis=1)
+        shared = {int(a) for a in SHARED_ARENAS}
+        per_tile: dict[tuple, tuple[int, int]] = {}
         total = 0
-        for k in [*range(MAX_INPUTS), OUT]:
-            arena = (rec["arenas"].astype(np.int64) >> (4 * k)) & 0xF
-            used = busy & np.isin(arena, [int(a) for a in SHARED_ARENAS]) & ((k < n_in) if k != OUT else True)
-            total += int(np.where(rec["session_stride"][:, k] != 0, sessions, 1)[used].sum())
+        for at, n_in, eb, ee, arenas, bits, sb, se in zip(
+            *(rec[f].tolist() for f in ("params", "n_inputs", "elem_begin", "elem_end", "arenas")),
+            strided.tolist(), rec["session_begin"].tolist(), rec["session_end"].tolist(),
+        ):
+            key = (at, n_in, eb, ee, arenas, bits)
+            counts = per_tile.get(key)
+            if counts is None:
+                counts = per_tile[key] = self.tile_intervals(blocks.get(at), at, n_in, eb, ee, arenas, bits, shared)
+            total += counts[0] * max(se - sb, 0) + counts[1]
         return total
+
+    def tile_intervals(self, params, at, n_in, eb, ee, arenas, bits, shared) -> tuple[int, int]:
+        """(intervals per session of the strided operands, intervals of the unstrided ones) of one tile."""
+        if params is None or n_in > MAX_INPUTS or n_in != expected_inputs(params) or not 0 <= eb <= ee <= params.n_elems:
+            return 0, 0
+        per_session = once = 0
+        for k in [*range(n_in), OUT]:
+            if (arenas >> (4 * k)) & 0xF in shared:
+                runs = len(self.fp_cache.runs(at, params, k, eb, ee, n_in)[0])
+                if bits >> k & 1:
+                    per_session += runs
+                else:
+                    once += runs
+        return per_session, once
 
     def run(self) -> VerifyReport:
         t0 = time.perf_counter()
-        self.check_budget(self.intervals_at_least(), "at least")
+        self.check_budget(self.count_intervals(), "at least")
         self.structure()
         rec = self.rec
         hb = build_happens_before(
