@@ -46,11 +46,14 @@ def wait_counts(profile: Profile) -> dict:
         for c in (int(rec[r]["signal"]), int(rec[r]["signal_phase"])):
             if c:
                 signallers.setdefault(c, set()).add(r)
+    by_phase = np.argsort(phase_of, kind="stable")  # rows grouped by phase: one phase's rows are a slice
+    bounds = np.searchsorted(phase_of[by_phase], np.arange(len(phases) + 1))
     whole = set()
     for c, rows in signallers.items():
         ph = {int(phase_of[r]) for r in rows}
         if len(ph) == 1 and -1 not in ph:
-            members = np.flatnonzero(phase_of == next(iter(ph)))
+            p = next(iter(ph))
+            members = by_phase[bounds[p] : bounds[p + 1]]
             groups = {(int(rec[r]["session_begin"]), int(rec[r]["session_end"])) for r in members}
             if len(rows) == len(members) and len(groups) > 1:
                 whole.add(c)
