@@ -21,6 +21,10 @@ on the carrier implies it; only when that fails are a phase's groups merged into
 With ``granularity=phase`` (the baseline) no footprint is intersected: a phase is one group with one
 counter, and each task waits on the previous phase's, so the counters number the phases (duplex:11b at 56
 sessions: 7,906, where session-range groups would need 382,150, beyond signal_phase's 16 bits).
+``granularity=auto`` (the default) runs tile while the tasks touch at most ``max-tile-words`` tracked words
+in all (counted in closed form, wavec.opcodes.footprint_size) and their groups fit the counters, else
+phase: the word-level sweep costs time and memory in proportion to those words (Silero at 1,024 sessions
+touches 1.9e7; duplex:1b at one session 2.9e8, at 8 sessions 2.1e9). ``wpk.granularity`` says which ran.
 
 Worker assignment: static list scheduling. Each task costs ``overhead + max(FLOPs / (peak / SMs),
 bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates from the target, or the
@@ -233,7 +237,7 @@ def _barrier_waits(tasks: list[_Task], phases: list[list[int]], phase_counter: d
 
 @dataclass(frozen=True)
 class WpkSchedule(ModulePass):
-    """Tile-level counter dependencies from exact footprints and a critical-path list schedule."""
+    """Counter dependencies (tile-level from exact footprints, or a barrier per phase) and a critical-path list schedule."""
 
     name = "wpk-schedule"
     workers: int = field(default=132, metadata={"help": "persistent blocks, one per SM"})
