@@ -117,6 +117,8 @@ class WpkArena(ModulePass):
         n = wave.cohort_size(op)
         if n is None:
             raise PassFailedException("wpk-arena: the module has no wave.cohort attribute; run wave-cohort first")
+        if self.max_tile_words < 0:
+            raise PassFailedException(f"wpk-arena: max-tile-words must be >= 0, got {self.max_tile_words}")
         if self.granularity not in (*GRANULARITIES, "auto"):
             raise PassFailedException(f"wpk-arena: granularity must be op, tile or auto, got {self.granularity!r}")
         phases = phases_of(op)

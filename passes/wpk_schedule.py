@@ -262,6 +262,8 @@ class WpkSchedule(ModulePass):
         whose dependency sweep fills them itself."""
         if self.granularity not in ("tile", "phase", "auto"):
             raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
+        if self.max_tile_words < 0:
+            raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
         if self.granularity == "tile":
             return "tile"
         fill = _footprints(buffers, {})  # sizes only, in closed form: no word lists

@@ -38,6 +38,8 @@ class WpkVerify(ModulePass):
         from wavec.emit import profile_from_module
         from wavec.verify import verify_profile
 
+        if self.max_incidences < 0:
+            raise PassFailedException(f"wpk-verify: max-incidences must be >= 0 (0: no limit), got {self.max_incidences}")
         try:
             summary = verify_profile(profile_from_module(op), self.max_incidences).summary()
         except VerificationTooLarge as e:

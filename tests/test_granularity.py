@@ -39,7 +39,7 @@ def tile_profile(model):
 @pytest.fixture(scope="module")
 def coarse_profile(model):
     return model.compile(sessions=SESSIONS, workers=WORKERS,
-                         pipeline=pipeline("{max_tile_words=1}", " max_tile_words=1"))
+                         pipeline=pipeline("{max-tile-words=1}", " max-tile-words=1"))
 
 
 def test_small_program_gets_tile_granularity_and_a_proof(tile_profile):
@@ -77,6 +77,15 @@ def test_verifier_budget_is_not_a_violation(tile_profile, tmp_path, capsys):
 
 
 def test_wpk_verify_over_budget_warns_and_records_it(model, capfd):
-    profile = model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline(verify="{max_incidences=1}"))
+    profile = model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline(verify="{max-incidences=1}"))
     assert profile.meta["schedule"]["verified"].startswith("not verified:")
     assert "wpk-verify: warning: not verified" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("options", [{"arena": "{max-tile-words=-1}"}, {"schedule": " max-tile-words=-1"},
+                                     {"verify": "{max-incidences=-1}"}])
+def test_negative_budgets_are_refused(model, options):
+    from wavec.errors import WavecError
+
+    with pytest.raises(WavecError, match="must be >= 0"):
+        model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline(**options))

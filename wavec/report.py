@@ -196,7 +196,8 @@ def format_report(report: dict) -> str:
             lines.append(f"dependencies at {sc['granularity']} granularity, activations recycled at "
                          f"{sc.get('arena_granularity', 'tile')} granularity")
         lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
-    lines.append(f"{'phase':<28}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
+    name_width = max([28, *(len(p["name"]) + 2 for p in report["phases"])])
+    lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
     for p in report["phases"]:
-        lines.append(f"{p['name']:<28}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}")
+        lines.append(f"{p['name']:<{name_width}}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}")
     return "\n".join(lines)

@@ -394,7 +394,7 @@ class _Verifier:
                 f"{self.n} tasks touch {bound + ' ' if bound else ''}{incidences:,} word segments of the state, act "
                 f"and output arenas (counted per access), over the verifier's budget of {self.max_incidences:,} "
                 "(about 250 bytes each): verify a smaller cohort of the same model, or raise the budget "
-                "(`wavec verify --max-incidences N`, wpk-verify{max_incidences=N}; 0 for none) on a machine "
+                "(`wavec verify --max-incidences N`, wpk-verify{max-incidences=N}; 0 for none) on a machine "
                 "with the memory"
             )
 

@@ -1,6 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena,wpk-schedule{workers=1},wpk-payload,wpk-verify' --verify-diagnostics | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{granularity=op},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{max_tile_words=255},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{max-tile-words=255},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
 
 // A chain a -> b -> c -> d: `a` is dead once `b` is computed, so `c` reuses its bytes; the activation
 // arena peaks at two live buffers (the lower bound), not four.
@@ -26,7 +26,7 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // Tile granularity: `a`'s low half is dead once `lo` copied it, so `hi` (written by the next phase, while
 // `a`'s high half is still read) takes those bytes: 768 bytes per session (the lower bound at tile
 // granularity), where whole-buffer liveness (granularity=op) keeps all of `a` until `hi` is written: 1024.
-// granularity=auto (the default) runs tile while one session's activations hold at most max_tile_words
+// granularity=auto (the default) runs tile while one session's activations hold at most max-tile-words
 // words (here 256): at 255 it falls back to op.
 // wpk-schedule orders `hi`'s writer after `lo`'s reader of those bytes (write-after-read); wpk-verify, in the
 // first RUN's pipeline, proves the program race-free.

@@ -1,6 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4 max_tile_words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
 
 // Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
 // session's copy reads only that session's relu tile and runs right after it on the same worker: the
@@ -16,7 +16,7 @@ builtin.module attributes {wave.cohort = 4 : i64} {
 // CHECK:       wpk.granularity = "tile", wpk.counters = 9 : i64
 // CHECK-SAME:  wpk.waits = 0 : i64, wpk.phase_waits = 0 : i64
 // granularity=auto (the default) derives tile-level dependencies while the tasks touch at most
-// max_tile_words tracked words in all (here 16); over it, a barrier per phase: one counter per phase.
+// max-tile-words tracked words in all (here 16); over it, a barrier per phase: one counter per phase.
 // AUTO:        wpk.granularity = "phase", wpk.counters = 3 : i64
 // CHECK:       wpk.phase "ewise_1"
 // CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = [[W0:[0-9]]] : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64, signal_phase = 0 : i64}

@@ -1,6 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify' | filecheck %s
 // RUN: wavec-opt %S/Inputs/wpk-verify-race.mlir -p wpk-verify --verify-diagnostics | filecheck %s --check-prefix=RACE
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify{max_incidences=1}' 2>&1 | filecheck %s --check-prefix=BUDGET
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify{max-incidences=1}' 2>&1 | filecheck %s --check-prefix=BUDGET
 
 // The pipeline's own schedule verifies: the pass leaves the program unchanged.
 builtin.module attributes {wave.cohort = 2 : i64} {
