@@ -8,7 +8,8 @@ Writes, under --out:
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves.
-Also copies the Silero ONNX file there (the GPU machine reaches no registry; set WAVEC_CACHE to --out).
+Also copies the Silero ONNX and TorchScript files there (the GPU machine reaches no registry; set WAVEC_CACHE to
+--out).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     from wavec import zoo
     from wavec.driver import compile_graph
     from wavec.frontends.builder.lower import lower_model
-    from wavec.models import silero_vad_path
+    from wavec.models import silero_vad_jit_path, silero_vad_path
 
     args.out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(silero_vad_path(), args.out / Path(silero_vad_path()).name)
+    for model in (silero_vad_path(), silero_vad_jit_path()):  # the ONNX model and the PyTorch peers' network
+        shutil.copy(model, args.out / Path(model).name)
     jobs = []
     for n in args.sessions:
         jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))

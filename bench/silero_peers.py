@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Silero VAD beat latency: the wavec kernel against PyTorch peers, same frames, same precision (fp32).
+
+    python3 bench/silero_peers.py [PROFILE_DIR...] [--beats 1000] [--warmup 100] [--runs 3]
+                                  [--solo-beats 10] [--check-beats 50] [--json FILE]
+
+PROFILE_DIR: Silero compiled for a cohort (default .device/vad-1 .device/vad-64 .device/vad-1024, made by
+`python3 scripts/device_profiles.py`). For each, on the frames of wavec.audio.cohort_schedule (the shipped
+speech, per-session offsets and noise, staggered joins and rejoins that reset a session's state):
+
+- ``wavec``: the profile's persistent kernel (`--backend cuda`): host publishes beat b's frames, sees its
+  outputs (mapped host memory);
+- ``solo``: PyTorch eager, one session at a time (a request-serving stack's view: S calls per beat);
+- ``batched``: PyTorch eager, the whole cohort in one call;
+- ``graph``: the batched call with the state reset, captured once in a CUDA graph and replayed per beat.
+
+The peers run Silero's own TorchScript network from the same wheel (silero_vad.jit, its 16 kHz
+``_model``, called with explicit state: ``out, state = net(x [S, 576], state [2, S, 128])``); a reset zeroes
+the session's state first, as the kernel's reset flag does. A peer's beat is wall time from handing over the
+frames (host to device copy) to having the outputs on the host, the deadline's view. Every variant runs
+``--runs`` times ``--warmup`` + ``--beats`` beats; p50/p99/max are over all timed beats of all runs.
+``solo`` runs 2 untimed and ``--solo-beats`` timed beats per run (S eager calls per beat). Every run serves
+the same beats. Before timing, the outputs of
+``--check-beats`` beats are compared: wavec against the batched peer (max abs, fp32 both; tolerance 1e-4).
+
+Needs numpy, cuda-bindings, nvcc and torch (the GPU machine); not xDSL. Prints one table; --json writes the
+rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TOLERANCE = 1e-4
+STATE_SHAPE = (2, 128)  # Silero's LSTM state per session: [2, S, 128]
+SOLO_WARMUP = 2  # untimed beats of the one-session-at-a-time peer (S eager calls each: 1,024 sessions take ~0.5 s)
+
+
+def peer_network(device: str):
+    """Silero's 16 kHz TorchScript network (the jit wrapper's ``_model``): (x [S, 576], state) -> (out, state)."""
+    import torch
+
+    from wavec.models import silero_vad_jit_path
+
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as the kernel computes it (TF32 convolutions are the default)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    wrapper = torch.jit.load(str(silero_vad_jit_path()), map_location=device)
+    wrapper.eval()
+    return wrapper._model
+
+
+def torch_beats(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
+    """The batched peer's outputs [beats, S, 1] over ``frames`` [beats, S, 576] (no timing)."""
+    import torch
+
+    state = torch.zeros(STATE_SHAPE[0], frames.shape[1], STATE_SHAPE[1], device="cuda")
+    outs = []
+    with torch.inference_mode():
+        for b in range(len(frames)):
+            state.mul_(torch.from_numpy(~reset[b]).cuda().float()[None, :, None])
+            out, state = net(torch.from_numpy(frames[b]).cuda(), state)
+            outs.append(out.cpu().numpy())
+    return np.stack(outs)
+
+
+def time_batched(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
+    import torch
+
+    state = torch.zeros(STATE_SHAPE[0], frames.shape[1], STATE_SHAPE[1], device="cuda")
+    times = []
+    with torch.inference_mode():
+        for b in range(len(frames)):
+            t = time.perf_counter_ns()
+            keep = torch.from_numpy(~reset[b]).cuda().float()
+            x = torch.from_numpy(frames[b]).cuda()
+            state.mul_(keep[None, :, None])
+            out, state = net(x, state)
+            out.cpu()
+            times.append((time.perf_counter_ns() - t) / 1e3)
+    return np.array(times)
+
+
+def time_solo(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
+    import torch
+
+    n = frames.shape[1]
+    states = [torch.zeros(STATE_SHAPE[0], 1, STATE_SHAPE[1], device="cuda") for _ in range(n)]
+    times = []
+    with torch.inference_mode():
+        for b in range(len(frames)):
+            t = time.perf_counter_ns()
+            for s in range(n):
+                if reset[b, s]:
+                    states[s].zero_()
+                out, states[s] = net(torch.from_numpy(frames[b, s : s + 1]).cuda(), states[s])
+                out.cpu()
+            times.append((time.perf_counter_ns() - t) / 1e3)
+    return np.array(times)
+
+
+def time_graph(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
+    import torch
+
+    n = frames.shape[1]
+    x = torch.zeros(n, frames.shape[2], device="cuda")
+    keep = torch.ones(n, device="cuda")
+    state = torch.zeros(STATE_SHAPE[0], n, STATE_SHAPE[1], device="cuda")
+    out_host = torch.zeros(n, 1, pin_memory=True)
+
+    def step():
+        state.mul_(keep[None, :, None])
+        out, new_state = net(x, state)
+        state.copy_(new_state)
+        return out
+
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # warm up (and let TorchScript's profiling executor settle) before capture
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        state.zero_()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        times = []
+        for b in range(len(frames)):
+            t = time.perf_counter_ns()
+            x.copy_(torch.from_numpy(frames[b]), non_blocking=True)
+            keep.copy_(torch.from_numpy((~reset[b]).astype(np.float32)), non_blocking=True)
+            graph.replay()
+            out_host.copy_(out, non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+            times.append((time.perf_counter_ns() - t) / 1e3)
+    return np.array(times)
+
+
+def time_wavec(profile, cubin, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
+    from wavec.targets.cuda import runtime
+
+    with runtime.CudaSession(profile, cubin=cubin) as session:
+        for b in range(len(frames)):
+            session.beat({"input": frames[b]}, reset[b])
+        return np.array(session.latencies_us)
+
+
+def measure(directory: Path, net, args) -> dict:
+    import wavec
+    from wavec.audio import cohort_schedule
+    from wavec.targets.cuda.build import build_cubin
+    from wavec.targets.cuda.runtime import kernel_source
+
+    profile = wavec.load(directory)
+    n = profile.sessions
+    cubin = build_cubin(kernel_source(profile))
+    frames, reset = cohort_schedule(n, args.check_beats, seed=11)
+    got = profile.run({"input": frames}, backend="cuda", reset=reset, cubin=cubin)["output"]
+    row = {"profile": str(directory), "sessions": n, "tasks": int(len(profile.payloads)),
+           "err_vs_torch": float(np.abs(got - torch_beats(net, frames, reset)).max())}
+    frames, reset = cohort_schedule(n, args.warmup + args.beats, seed=100)  # every run serves the same beats
+    solo = slice(0, SOLO_WARMUP + args.solo_beats)
+    timed = {"wavec": [], "batched": [], "graph": [], "solo": []}
+    for _ in range(args.runs):
+        timed["wavec"].append(time_wavec(profile, cubin, frames, reset)[args.warmup :])
+        timed["batched"].append(time_batched(net, frames, reset)[args.warmup :])
+        timed["graph"].append(time_graph(net, frames, reset)[args.warmup :])
+        timed["solo"].append(time_solo(net, frames[solo], reset[solo])[SOLO_WARMUP:])
+    for name, runs in timed.items():
+        t = np.concatenate(runs)
+        row[f"{name}_p50"] = round(float(np.percentile(t, 50)), 1)
+        row[f"{name}_p99"] = round(float(np.percentile(t, 99)), 1)
+        row[f"{name}_max"] = round(float(t.max()), 1)
+        row[f"{name}_beats"] = int(len(t))
+    best = min(("batched", "graph", "solo"), key=lambda k: row[f"{k}_p99"])
+    row["best_peer"] = best
+    row["p99_over_best_peer"] = round(row["wavec_p99"] / row[f"{best}_p99"], 3)
+    row["ok"] = row["err_vs_torch"] <= TOLERANCE
+    return row
+
+
+COLUMNS = ["sessions", "tasks", "wavec_p50", "wavec_p99", "wavec_max", "graph_p50", "graph_p99", "batched_p50",
+           "batched_p99", "solo_p50", "solo_p99", "best_peer", "p99_over_best_peer", "err_vs_torch", "ok"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profiles", nargs="*", type=Path,
+                    default=[ROOT / ".device" / f"vad-{n}" for n in (1, 64, 1024)], help="Silero profile folders")
+    ap.add_argument("--beats", type=int, default=1000, help="timed beats per run (default 1000)")
+    ap.add_argument("--warmup", type=int, default=100, help="untimed beats first (default 100)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per variant (default 3)")
+    ap.add_argument("--solo-beats", type=int, default=10, help="timed beats per run of the one-session-at-a-time peer")
+    ap.add_argument("--check-beats", type=int, default=50, help="beats compared between wavec and PyTorch")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check import _import_wavec
+
+    _import_wavec()
+    from wavec.targets.cuda import runtime
+
+    missing = [str(p) for p in args.profiles if not (p / "profile.json").is_file()]
+    if missing:
+        sys.exit(f"bench/silero_peers.py: not a profile: {', '.join(missing)} (compile them with scripts/device_profiles.py)")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit("bench/silero_peers.py: needs torch for the peers (the GPU machine has it)")
+    if not runtime.gpu_available():
+        sys.exit("bench/silero_peers.py: needs a CUDA GPU with cuda-bindings")
+    net = peer_network("cuda")
+    rows = []
+    for directory in args.profiles:
+        rows.append(measure(directory, net, args))
+        print(json.dumps(rows[-1]), flush=True)
+    print(" | ".join(COLUMNS))
+    for row in rows:
+        print(" | ".join(f"{row[c]:.1e}" if c.startswith("err") else str(row[c]) for c in COLUMNS))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
