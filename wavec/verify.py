@@ -112,6 +112,71 @@ def main(profile_dir: str) -> int:
     return 0
 
 
+def param_blocks(words: np.ndarray) -> dict:
+    """params.bin is a sequence of parameter blocks, packed one after the other: word offset -> the decoded
+    block, for every block that decodes and packs back to the same words. A task must point at one of them
+    (a pointer into the middle of a block decodes garbage, or never ends)."""
+    blocks, at = {}, 0
+    while at < len(words):
+        try:
+            params = unpack_params(words, at)
+            packed = np.asarray(params.pack(), np.int64)
+        except (ValueError, IndexError, OverflowError):
+            break
+        if len(packed) == 0 or not np.array_equal(words[at : at + len(packed)], packed):
+            break
+        blocks[at] = params
+        at += len(packed)
+    return blocks
+
+
+def count_intervals(rec: np.ndarray, blocks: dict, cache: FootprintCache) -> int:
+    """The word intervals of all accesses of payload rows ``rec`` to the shared arenas, which the
+    incidences are at least, from the footprint runs of each distinct tile (``cache`` keeps them for the
+    checks after): a program over the budget is refused before the per-task checks. ``blocks``:
+    `param_blocks` of the params table. Rows whose parameters are malformed count nothing here; the
+    structure check reports them."""
+    strided = ((rec["session_stride"] != 0) * (1 << np.arange(rec["session_stride"].shape[1]))).sum(axis=1)
+    shared = {int(a) for a in SHARED_ARENAS}
+
+    def tile_intervals(params, at, n_in, eb, ee, arenas, bits) -> tuple[int, int]:
+        """(intervals per session of the strided operands, intervals of the unstrided ones) of one tile."""
+        if params is None or n_in > MAX_INPUTS or n_in != expected_inputs(params) or not 0 <= eb <= ee <= params.n_elems:
+            return 0, 0
+        per_session = once = 0
+        for k in [*range(n_in), OUT]:
+            if (arenas >> (4 * k)) & 0xF in shared:
+                runs = len(cache.runs(at, params, k, eb, ee, n_in)[0])
+                if bits >> k & 1:
+                    per_session += runs
+                else:
+                    once += runs
+        return per_session, once
+
+    per_tile: dict[tuple, tuple[int, int]] = {}
+    total = 0
+    for at, n_in, eb, ee, arenas, bits, sb, se in zip(
+        *(rec[f].tolist() for f in ("params", "n_inputs", "elem_begin", "elem_end", "arenas")),
+        strided.tolist(), rec["session_begin"].tolist(), rec["session_end"].tolist(),
+    ):
+        key = (at, n_in, eb, ee, arenas, bits)
+        counts = per_tile.get(key)
+        if counts is None:
+            counts = per_tile[key] = tile_intervals(blocks.get(at), at, n_in, eb, ee, arenas, bits)
+        total += counts[0] * max(se - sb, 0) + counts[1]
+    return total
+
+
+def budget_message(tasks: int, incidences: int, budget: int, bound: str = "") -> str:
+    """Why a program is not verified: ``incidences`` (at least, with ``bound``) over ``budget``."""
+    return (
+        f"{tasks} tasks touch {bound + ' ' if bound else ''}{incidences:,} word segments of the state, act and "
+        f"output arenas (counted per access), over the verifier's budget of {budget:,} (about 250 bytes each): "
+        "verify a smaller cohort of the same model, or raise the budget (`wavec verify --max-incidences N`, "
+        "wpk-verify{max-incidences=N}; 0 for none) on a machine with the memory"
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 
 
@@ -318,22 +383,7 @@ class _Verifier:
 
     @functools.cached_property
     def param_blocks(self) -> dict:
-        """params.bin is a sequence of parameter blocks, packed one after the other: word offset -> the
-        decoded block, for every block that decodes and packs back to the same words. A task must point
-        at one of them (a pointer into the middle of a block decodes garbage, or never ends)."""
-        words = self.p.params
-        blocks, at = {}, 0
-        while at < len(words):
-            try:
-                params = unpack_params(words, at)
-                packed = np.asarray(params.pack(), np.int64)
-            except (ValueError, IndexError, OverflowError):
-                break
-            if len(packed) == 0 or not np.array_equal(words[at : at + len(packed)], packed):
-                break
-            blocks[at] = params
-            at += len(packed)
-        return blocks
+        return param_blocks(self.p.params)
 
     def bindings(self) -> None:
         """Inputs, reset flags, outputs and state slots: inside their arenas, pairwise disjoint per arena."""
@@ -390,13 +440,7 @@ class _Verifier:
 
     def check_budget(self, incidences: int, bound: str = "") -> None:
         if self.max_incidences and incidences > self.max_incidences:
-            raise VerificationTooLarge(
-                f"{self.n} tasks touch {bound + ' ' if bound else ''}{incidences:,} word segments of the state, act "
-                f"and output arenas (counted per access), over the verifier's budget of {self.max_incidences:,} "
-                "(about 250 bytes each): verify a smaller cohort of the same model, or raise the budget "
-                "(`wavec verify --max-incidences N`, wpk-verify{max-incidences=N}; 0 for none) on a machine "
-                "with the memory"
-            )
+            raise VerificationTooLarge(budget_message(self.n, incidences, self.max_incidences, bound))
 
     def check_access(self, acc: Access) -> None:
         r, k, arena = acc.row, acc.operand, acc.arena
@@ -787,45 +831,9 @@ class _Verifier:
                     )
 
     # ---- driver --------------------------------------------------------------------------------
-    def count_intervals(self) -> int:
-        """The word intervals of all accesses to the shared arenas, which the incidences are at least,
-        from the footprint runs of each distinct tile (cached, and reused by `footprints`): a program
-        over the budget is refused before the per-task checks. Rows whose parameters are malformed count
-        nothing here; `structure` reports them."""
-        blocks = self.param_blocks
-        rec = self.rec
-        strided = ((rec["session_stride"] != 0) * (1 << np.arange(rec["session_stride"].shape[1]))).sum(axis=1)
-        shared = {int(a) for a in SHARED_ARENAS}
-        per_tile: dict[tuple, tuple[int, int]] = {}
-        total = 0
-        for at, n_in, eb, ee, arenas, bits, sb, se in zip(
-            *(rec[f].tolist() for f in ("params", "n_inputs", "elem_begin", "elem_end", "arenas")),
-            strided.tolist(), rec["session_begin"].tolist(), rec["session_end"].tolist(),
-        ):
-            key = (at, n_in, eb, ee, arenas, bits)
-            counts = per_tile.get(key)
-            if counts is None:
-                counts = per_tile[key] = self.tile_intervals(blocks.get(at), at, n_in, eb, ee, arenas, bits, shared)
-            total += counts[0] * max(se - sb, 0) + counts[1]
-        return total
-
-    def tile_intervals(self, params, at, n_in, eb, ee, arenas, bits, shared) -> tuple[int, int]:
-        """(intervals per session of the strided operands, intervals of the unstrided ones) of one tile."""
-        if params is None or n_in > MAX_INPUTS or n_in != expected_inputs(params) or not 0 <= eb <= ee <= params.n_elems:
-            return 0, 0
-        per_session = once = 0
-        for k in [*range(n_in), OUT]:
-            if (arenas >> (4 * k)) & 0xF in shared:
-                runs = len(self.fp_cache.runs(at, params, k, eb, ee, n_in)[0])
-                if bits >> k & 1:
-                    per_session += runs
-                else:
-                    once += runs
-        return per_session, once
-
     def run(self) -> VerifyReport:
         t0 = time.perf_counter()
-        self.check_budget(self.count_intervals(), "at least")
+        self.check_budget(count_intervals(self.rec, self.param_blocks, self.fp_cache), "at least")
         self.structure()
         rec = self.rec
         hb = build_happens_before(
