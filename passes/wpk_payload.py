@@ -79,15 +79,20 @@ def ewise_body_table(module: ModuleOp) -> list[dict]:
     """profile.json's ``ewise_bodies``: for each body index (in order), its expression text, rank and
     input count, and the phases (``name (op)``) whose tasks run it."""
     table: dict[int, dict] = {}
+    decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key): the tiles of an op share their block
     for phase in phases_of(module):
         for task in phase.tasks:
             if task.opcode.data != "ewise":
                 continue
-            params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
-            if params.body < 0:
+            hit = decoded.get(task.param_words)
+            if hit is None:
+                params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
+                hit = decoded[task.param_words] = (params.body, _ewise_key(params) if params.body >= 0 else None)
+            body, key = hit
+            if body < 0:
                 continue
-            expr, rank, n_in = _ewise_key(params)
-            entry = table.setdefault(params.body, {"expr": expr, "rank": rank, "n_inputs": n_in, "phases": []})
+            expr, rank, n_in = key
+            entry = table.setdefault(body, {"expr": expr, "rank": rank, "n_inputs": n_in, "phases": []})
             where = f"{phase.sym_name.data} ({phase.op.data})"
             if where not in entry["phases"]:
                 entry["phases"].append(where)

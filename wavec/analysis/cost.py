@@ -50,19 +50,19 @@ def phase_cost(records: np.ndarray, params_table: np.ndarray) -> tuple[int, int]
               * (records["elem_end"].astype(np.int64) - records["elem_begin"]))
     params_at = {int(at): unpack_params(params_table, int(at)) for at in np.unique(ats)}
     flops = sum(int(points[ats == at].sum()) * flops_per_element(params) for at, params in params_at.items())
-    users: dict[tuple[int, int, int], list[tuple[np.void, int, int]]] = {}
+    users: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}  # (row, params at, operand slot)
     for k in [*range(MAX_INPUTS), OUT]:  # one operand slot of every record at once
         rows = np.flatnonzero(records["n_inputs"] > k) if k != OUT else np.arange(len(records))
         keys = np.stack([(records["arenas"][rows].astype(np.int64) >> (4 * k)) & 0xF,
                          records["offset"][rows, k].astype(np.int64),
                          records["session_stride"][rows, k].astype(np.int64)], axis=1)
         for key, row in zip(map(tuple, keys.tolist()), rows.tolist()):
-            users.setdefault(key, []).append((records[row], int(ats[row]), k))
-    nbytes = sum(4 * _distinct_touched(group, params_at, key[2] != 0) for key, group in users.items())
+            users.setdefault(key, []).append((row, int(ats[row]), k))
+    nbytes = sum(4 * _distinct_touched(records, group, params_at, key[2] != 0) for key, group in users.items())
     return flops, nbytes
 
 
-def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, per_session: bool) -> int:
+def _distinct_touched(records: np.ndarray, group: list[tuple[int, int, int]], params_at: dict, per_session: bool) -> int:
     """Distinct elements that the tasks of ``group`` touch in one operand location, over the cohort. When
     one parameter block's tiles cover its whole iteration space (the usual phase), that is the operand's
     whole-op footprint (closed form); several blocks covering the same sessions merge their whole-op
@@ -70,7 +70,8 @@ def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, pe
     by_block: dict[tuple[int, int], list] = {}
     for entry in group:
         by_block.setdefault(entry[1:], []).append(entry)
-    covered = {_covered_sessions(tiles, params_at[at].n_elems) for (at, _), tiles in by_block.items()}
+    covered = {_covered_sessions(records[[row for row, _, _ in tiles]], params_at[at].n_elems)
+               for (at, _), tiles in by_block.items()}
     if len(covered) == 1 and None not in covered:  # every block covers the same whole sessions
         first, last = covered.pop()
         scale = last - first if per_session else 1
@@ -84,7 +85,8 @@ def _distinct_touched(group: list[tuple[np.void, int, int]], params_at: dict, pe
         offsets = [view_offsets(shape, strides, 0, int(np.prod(shape, dtype=np.int64))) for shape, strides in views]
         return len(np.unique(np.concatenate(offsets))) * scale
     parts = []
-    for rec, at, k in group:
+    for row, at, k in group:
+        rec = records[row]
         elems = footprint(params_at[at], k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
         if per_session:  # one row per session; shared operands count once for the cohort
             sessions = np.arange(int(rec["session_begin"]), int(rec["session_end"]), dtype=np.int64)
@@ -100,11 +102,10 @@ def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
     return low, high
 
 
-def _covered_sessions(group: list[tuple[np.void, int, int]], n_elems: int) -> tuple[int, int] | None:
-    """The sessions ``[first, last)`` whose every element ``[0, n_elems)`` the tiles of ``group`` cover
+def _covered_sessions(tiles: np.ndarray, n_elems: int) -> tuple[int, int] | None:
+    """The sessions ``[first, last)`` whose every element ``[0, n_elems)`` the tile records ``tiles`` cover
     (tiles of one phase never overlap), or None when they leave a hole."""
-    sessions = {(int(r["session_begin"]), int(r["session_end"])) for r, _, _ in group}
-    first, last = min(b for b, _ in sessions), max(e for _, e in sessions)
-    area = sum((int(r["session_end"]) - int(r["session_begin"])) * (int(r["elem_end"]) - int(r["elem_begin"]))
-               for r, _, _ in group)
+    sb, se = tiles["session_begin"].astype(np.int64), tiles["session_end"].astype(np.int64)
+    first, last = int(sb.min()), int(se.max())
+    area = int(((se - sb) * (tiles["elem_end"].astype(np.int64) - tiles["elem_begin"])).sum())
     return (first, last) if area == (last - first) * n_elems else None
