@@ -32,6 +32,8 @@ bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates f
 tasks are taken by critical-path priority (longest cost path to the end of the beat) and placed on the
 worker where they can start earliest; a worker runs its tasks in the order they were placed, which is
 their start-time order, and every wait points at tasks placed before, so the program cannot deadlock.
+At phase granularity the phases run one after another, so each phase's tasks simply go longest first to
+the worker free earliest (LPT), with no priorities over a wait graph.
 
 Module attributes: ``wpk.workers``, ``wpk.counters``, and the modeled schedule: ``wpk.beat_us``
 (makespan), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
@@ -421,80 +423,83 @@ class WpkSchedule(ModulePass):
                 a |= close(c)
             anc[t.index] = close.shared(a)
 
-        # ---- critical-path priority (bottom level) over the wait graph
-        waiters: dict[int, list[int]] = {}
-        for t in tasks:
-            for c in t.waits:
-                waiters.setdefault(c, []).append(t.index)
-        signals_of = [[t.group] + ([phase_counter[t.phase]] if phase_counter[t.phase] != t.group else []) for t in tasks]
-        bottom = [0.0] * len(tasks)  # priority: cost to the end of the beat, handoffs included
-        chain = [0.0] * len(tasks)  # the same without handoffs: the dependency chain's work
-        counter_bottom: dict[int, tuple[float, float]] = {}
-        for t in reversed(tasks):
-            tail = tail_chain = 0.0
-            for c in signals_of[t.index]:
-                if c in waiters:
-                    if c not in counter_bottom:
-                        counter_bottom[c] = (handoff + max(bottom[w] for w in waiters[c]),
-                                             max(chain[w] for w in waiters[c]))
-                    tail = max(tail, counter_bottom[c][0])
-                    tail_chain = max(tail_chain, counter_bottom[c][1])
-            bottom[t.index] = t.cost + tail
-            chain[t.index] = t.cost + tail_chain
-        critical = max(chain) if chain else 0.0
+        if granularity == "phase":
+            worker_of, position, finish, busy, critical = _barrier_list_schedule(tasks, phases, self.workers, handoff)
+        else:
+            # ---- critical-path priority (bottom level) over the wait graph
+            waiters: dict[int, list[int]] = {}
+            for t in tasks:
+                for c in t.waits:
+                    waiters.setdefault(c, []).append(t.index)
+            signals_of = [[t.group] + ([phase_counter[t.phase]] if phase_counter[t.phase] != t.group else []) for t in tasks]
+            bottom = [0.0] * len(tasks)  # priority: cost to the end of the beat, handoffs included
+            chain = [0.0] * len(tasks)  # the same without handoffs: the dependency chain's work
+            counter_bottom: dict[int, tuple[float, float]] = {}
+            for t in reversed(tasks):
+                tail = tail_chain = 0.0
+                for c in signals_of[t.index]:
+                    if c in waiters:
+                        if c not in counter_bottom:
+                            counter_bottom[c] = (handoff + max(bottom[w] for w in waiters[c]),
+                                                 max(chain[w] for w in waiters[c]))
+                        tail = max(tail, counter_bottom[c][0])
+                        tail_chain = max(tail_chain, counter_bottom[c][1])
+                bottom[t.index] = t.cost + tail
+                chain[t.index] = t.cost + tail_chain
+            critical = max(chain) if chain else 0.0
 
-        # ---- list scheduling
-        remaining = {c: len(counters[c].tasks) for c in waiters}
-        counter_done: dict[int, float] = {}
-        counter_worker: dict[int, int] = {}  # the one worker all of a counter's signallers ran on, or -1
-        blocked = [len(t.waits) for t in tasks]
-        ready = [(-bottom[t.index], t.index) for t in tasks if not t.waits]
-        heapq.heapify(ready)
-        free = np.zeros(self.workers)
-        busy = np.zeros(self.workers)
-        finish = [0.0] * len(tasks)
-        worker_of = [0] * len(tasks)
-        lists: list[list[int]] = [[] for _ in range(self.workers)]
-        sequence = []
-        while ready:
-            _, i = heapq.heappop(ready)
-            t = tasks[i]
-            at = np.zeros(self.workers)
-            for c in t.waits:  # a wait on tasks of another worker costs a handoff, on its own worker not
-                v = np.full(self.workers, counter_done[c] + handoff)
-                if counter_worker[c] >= 0:
-                    v[counter_worker[c]] = counter_done[c]
-                at = np.maximum(at, v)
-            start = np.maximum(free, at)
-            best = float(start.min())
-            fits = np.flatnonzero(start == best)
-            w = int(fits[np.argmax(free[fits])])  # among the earliest, the one idle the least
-            finish[i] = best + t.cost
-            free[w] = finish[i]
-            busy[w] += t.cost
-            worker_of[i] = w
-            lists[w].append(i)
-            sequence.append(i)
-            for c in signals_of[i]:
-                if c not in remaining:
-                    continue
-                counter_done[c] = max(counter_done.get(c, 0.0), finish[i])
-                counter_worker[c] = w if counter_worker.get(c, w) == w else -1
-                remaining[c] -= 1
-                if remaining[c] == 0:
-                    for j in waiters[c]:
-                        blocked[j] -= 1
-                        if blocked[j] == 0:
-                            heapq.heappush(ready, (-bottom[j], j))
-        if len(sequence) != len(tasks):  # cannot happen: every wait points at an earlier phase
-            raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
+            # ---- list scheduling
+            remaining = {c: len(counters[c].tasks) for c in waiters}
+            counter_done: dict[int, float] = {}
+            counter_worker: dict[int, int] = {}  # the one worker all of a counter's signallers ran on, or -1
+            blocked = [len(t.waits) for t in tasks]
+            ready = [(-bottom[t.index], t.index) for t in tasks if not t.waits]
+            heapq.heapify(ready)
+            free = np.zeros(self.workers)
+            busy = np.zeros(self.workers)
+            finish = [0.0] * len(tasks)
+            worker_of = [0] * len(tasks)
+            lists: list[list[int]] = [[] for _ in range(self.workers)]
+            sequence = []
+            while ready:
+                _, i = heapq.heappop(ready)
+                t = tasks[i]
+                at = np.zeros(self.workers)
+                for c in t.waits:  # a wait on tasks of another worker costs a handoff, on its own worker not
+                    v = np.full(self.workers, counter_done[c] + handoff)
+                    if counter_worker[c] >= 0:
+                        v[counter_worker[c]] = counter_done[c]
+                    at = np.maximum(at, v)
+                start = np.maximum(free, at)
+                best = float(start.min())
+                fits = np.flatnonzero(start == best)
+                w = int(fits[np.argmax(free[fits])])  # among the earliest, the one idle the least
+                finish[i] = best + t.cost
+                free[w] = finish[i]
+                busy[w] += t.cost
+                worker_of[i] = w
+                lists[w].append(i)
+                sequence.append(i)
+                for c in signals_of[i]:
+                    if c not in remaining:
+                        continue
+                    counter_done[c] = max(counter_done.get(c, 0.0), finish[i])
+                    counter_worker[c] = w if counter_worker.get(c, w) == w else -1
+                    remaining[c] -= 1
+                    if remaining[c] == 0:
+                        for j in waiters[c]:
+                            blocked[j] -= 1
+                            if blocked[j] == 0:
+                                heapq.heappush(ready, (-bottom[j], j))
+            if len(sequence) != len(tasks):  # cannot happen: every wait points at an earlier phase
+                raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
 
-        # ---- drop waits the worker order already implies
-        position = [0] * len(tasks)
-        for w, rows in enumerate(lists):
-            for k, i in enumerate(rows):
-                position[i] = k
-        _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, self.workers)
+            # ---- drop waits the worker order already implies
+            position = [0] * len(tasks)
+            for w, rows in enumerate(lists):
+                for k, i in enumerate(rows):
+                    position[i] = k
+            _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, self.workers)
 
         # ---- allocate counter numbers: group counters always (a task must signal), phase ones if waited
         waited = {c for t in tasks for c in t.waits}
@@ -526,6 +531,38 @@ class WpkSchedule(ModulePass):
         )
         op.attributes["wpk.waits"] = IntegerAttr(n_waits, i64)
         op.attributes["wpk.phase_waits"] = IntegerAttr(phase_waits, i64)
+
+
+def _barrier_list_schedule(tasks: list[_Task], phases: list[list[int]], workers: int, handoff: float):
+    """granularity=phase: a phase starts when the previous one has finished, plus a handoff (none on the
+    worker that ran all of it); its tasks go longest first to the worker free earliest (LPT), so no
+    priorities over a wait graph are needed. A task whose worker ran the whole previous phase before it
+    drops its wait (worker order implies it). Returns (worker_of, position, finish, busy, critical path)."""
+    n = len(tasks)
+    worker_of, position, finish = [0] * n, [0] * n, [0.0] * n
+    busy, length = np.zeros(workers), [0] * workers
+    done = critical = 0.0
+    alone, first = -1, True  # the worker that ran the whole previous phase (-1: several)
+    for members in phases:
+        if not members:
+            continue
+        ready = [(done + (0.0 if first or w == alone else handoff), w) for w in range(workers)]
+        heapq.heapify(ready)
+        used = set()
+        for i in sorted(members, key=lambda i: -tasks[i].cost):
+            at, w = heapq.heappop(ready)
+            finish[i] = at + tasks[i].cost
+            worker_of[i], position[i] = w, length[w]
+            length[w] += 1
+            busy[w] += tasks[i].cost
+            used.add(w)
+            heapq.heappush(ready, (finish[i], w))
+            if w == alone:
+                tasks[i].waits = []
+        done = max(finish[i] for i in members)
+        critical += max(tasks[i].cost for i in members)
+        alone, first = (next(iter(used)) if len(used) == 1 else -1), False
+    return worker_of, position, finish, busy, critical
 
 
 def _drop_implied_waits(tasks: list[_Task], counters: list[_Counter], sequence: list[int], lists: list[list[int]],
