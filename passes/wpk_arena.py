@@ -108,10 +108,15 @@ class WpkArena(ModulePass):
         metadata={"help": "auto: the most activation words of one session that tile liveness tracks"},
     )
 
-    def _granularity(self, words: int) -> str:
+    def _granularity(self, words: int) -> tuple[str, str]:
+        """The granularity to run and, when auto chose it, why."""
         if self.granularity != "auto":
-            return self.granularity
-        return "tile" if words <= self.max_tile_words else "op"
+            return self.granularity, ""
+        within = words <= self.max_tile_words
+        return ("tile" if within else "op"), (
+            f"auto: {words:,} activation words a session, {'within' if within else 'over'} max-tile-words "
+            f"{self.max_tile_words:,}"
+        )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
@@ -139,7 +144,7 @@ class WpkArena(ModulePass):
         shared = {name: size for name, size in act.items() if name not in per_session}
         whole = op_segments({**per_session, **shared}, ranges)
         words = {name: buffers[name].nbytes // ELEM_BYTES for name in act}
-        granularity = self._granularity(sum(words.values()))
+        granularity, why = self._granularity(sum(words.values()))
         candidates = [whole]  # op granularity: whole buffers
         if granularity == "tile":
             exact = tile_segments(phases, words)
@@ -163,6 +168,8 @@ class WpkArena(ModulePass):
                 totals[arena] = max(totals[arena], offsets[name] + sizes[name])
                 b.properties["offset"] = IntegerAttr(offsets[name], i64)
         op.attributes["wpk.arena_granularity"] = StringAttr(granularity)
+        if why:
+            op.attributes["wpk.arena_granularity_why"] = StringAttr(why)
         op.attributes["wpk.arena_bytes"] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in totals.items()})
         op.attributes["wpk.act_lower_bound"] = IntegerAttr(
             max_live(bound, {name: n for name in per_session}), i64

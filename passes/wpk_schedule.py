@@ -267,23 +267,27 @@ class WpkSchedule(ModulePass):
         metadata={"help": "auto: the most tracked words (summed over tasks) whose dependencies tile derives"},
     )
 
-    def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> str:
-        """The granularity to run; fills every task's counts (FLOPs, bytes, tracked words) unless it is tile,
-        whose dependency sweep fills them itself."""
+    def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> tuple[str, str]:
+        """The granularity to run and, when auto chose it, why; fills every task's counts (FLOPs, bytes,
+        tracked words) unless it is tile, whose dependency sweep fills them itself."""
         if self.granularity not in ("tile", "phase", "auto"):
             raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
         if self.max_tile_words < 0:
             raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
         if self.granularity == "tile":
-            return "tile"
+            return "tile", ""
         fill = _footprints(buffers, {})  # sizes only, in closed form: no word lists
         for t in tasks:
             fill(t)
         if self.granularity == "phase":
-            return "phase"
+            return "phase", ""
         groups = len({(t.phase, t.sessions) for t in tasks}) + len({t.phase for t in tasks})
         words = sum(t.words for t in tasks)
-        return "tile" if words <= self.max_tile_words and groups < MAX_COUNTERS else "phase"
+        if groups >= MAX_COUNTERS:
+            return "phase", f"auto: {groups:,} session-range counters, over {MAX_COUNTERS:,}"
+        if words > self.max_tile_words:
+            return "phase", f"auto: {words:,} tracked words touched, over max-tile-words {self.max_tile_words:,}"
+        return "tile", f"auto: {words:,} tracked words touched, within max-tile-words {self.max_tile_words:,}"
 
     def _rates(self) -> tuple[float, float, float]:
         """(FLOP/s, bytes/s) of one SM and the cross-worker handoff in microseconds."""
@@ -355,7 +359,7 @@ class WpkSchedule(ModulePass):
                 members.append(len(tasks))
                 tasks.append(_Task(t, len(tasks), p))
             phases.append(members)
-        granularity = self._granularity(tasks, buffers)
+        granularity, why = self._granularity(tasks, buffers)
         if granularity == "tile":
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
@@ -522,6 +526,8 @@ class WpkSchedule(ModulePass):
             )
         beat = float(max(finish)) if finish else 0.0
         op.attributes["wpk.granularity"] = StringAttr(granularity)
+        if why:
+            op.attributes["wpk.granularity_why"] = StringAttr(why)
         op.attributes["wpk.workers"] = IntegerAttr(self.workers, i64)
         op.attributes["wpk.counters"] = IntegerAttr(next_counter, i64)
         op.attributes["wpk.beat_us"] = FloatAttr(round(beat, 3), f64)

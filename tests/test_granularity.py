@@ -45,12 +45,15 @@ def coarse_profile(model):
 def test_small_program_gets_tile_granularity_and_a_proof(tile_profile):
     schedule = tile_profile.meta["schedule"]
     assert (schedule["granularity"], schedule["arena_granularity"]) == ("tile", "tile")
+    assert "within max-tile-words 67,108,864" in schedule["granularity_why"]
     assert schedule["verified"].startswith(f"verified: {len(tile_profile.payloads)} tasks")
 
 
 def test_over_the_tile_budgets_a_barrier_per_phase_and_whole_buffers(coarse_profile):
     schedule = coarse_profile.meta["schedule"]
     assert (schedule["granularity"], schedule["arena_granularity"]) == ("phase", "op")
+    assert schedule["granularity_why"].endswith("over max-tile-words 1")
+    assert schedule["arena_granularity_why"].endswith("over max-tile-words 1")
     assert schedule["verified"].startswith("verified:")
     assert coarse_profile.meta["n_counters"] == len(coarse_profile.meta["phases"]) + 1  # one per phase, and 0
 

@@ -71,8 +71,9 @@ def schedule_summary(module: ModuleOp) -> dict:
     for key, name in (("wpk.waits", "waits"), ("wpk.phase_waits", "phase_waits")):
         if key in attrs:
             out[name] = int(attrs[key].value.data)
-    for key, name in (("wpk.granularity", "granularity"), ("wpk.arena_granularity", "arena_granularity"),
-                      ("wpk.verified", "verified")):
+    for key, name in (("wpk.granularity", "granularity"), ("wpk.granularity_why", "granularity_why"),
+                      ("wpk.arena_granularity", "arena_granularity"),
+                      ("wpk.arena_granularity_why", "arena_granularity_why"), ("wpk.verified", "verified")):
         if key in attrs:
             out[name] = attrs[key].data
     return out

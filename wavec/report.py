@@ -193,8 +193,9 @@ def format_report(report: dict) -> str:
             f"worker load min/mean/max {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} us)"
         )
         if "granularity" in sc:
-            lines.append(f"dependencies at {sc['granularity']} granularity, activations recycled at "
-                         f"{sc.get('arena_granularity', 'tile')} granularity")
+            why = lambda key: f" ({sc[key]})" if sc.get(key) else ""  # noqa: E731
+            lines.append(f"dependencies at {sc['granularity']} granularity{why('granularity_why')}, activations "
+                         f"recycled at {sc.get('arena_granularity', 'tile')} granularity{why('arena_granularity_why')}")
         lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
     name_width = max([28, *(len(p["name"]) + 2 for p in report["phases"])])
     lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")

@@ -27,7 +27,7 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // `a`'s high half is still read) takes those bytes: 768 bytes per session (the lower bound at tile
 // granularity), where whole-buffer liveness (granularity=op) keeps all of `a` until `hi` is written: 1024.
 // granularity=auto (the default) runs tile while one session's activations hold at most max-tile-words
-// words (here 256): at 255 it falls back to op.
+// words (these hold 320: at max-tile-words=255 it falls back to op).
 // wpk-schedule orders `hi`'s writer after `lo`'s reader of those bytes (write-after-read); wpk-verify, in the
 // first RUN's pipeline, proves the program race-free.
 builtin.module attributes {wave.cohort = 2 : i64} {
@@ -41,11 +41,11 @@ builtin.module attributes {wave.cohort = 2 : i64} {
     func.return
   }
 }
-// CHECK:       wpk.arena_granularity = "tile", wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 1536 : i64, input = 1024 : i64, output = 512 : i64}, wpk.act_lower_bound = 1536 : i64
+// CHECK:       wpk.arena_granularity = "tile", wpk.arena_granularity_why = "auto: 320 activation words a session, within max-tile-words 67,108,864", wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 1536 : i64, input = 1024 : i64, output = 512 : i64}, wpk.act_lower_bound = 1536 : i64
 // CHECK:       wpk.buffer "t[[A:[0-9]+]]" {arena = "act", role = "act", bytes = 512 : i64, session_stride = 768 : i64, offset = 0 : i64}
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 768 : i64, offset = 512 : i64}
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 768 : i64, offset = 0 : i64}
-// OP:          wpk.arena_granularity = "op", wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 2048 : i64, input = 1024 : i64, output = 512 : i64}, wpk.act_lower_bound = 2048 : i64
+// OP:          wpk.arena_granularity = "op", {{(wpk.arena_granularity_why = "auto: 320 activation words a session, over max-tile-words 255", )?}}wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 2048 : i64, input = 1024 : i64, output = 512 : i64}, wpk.act_lower_bound = 2048 : i64
 // OP:          wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 1024 : i64, offset = 768 : i64}
 
 // -----

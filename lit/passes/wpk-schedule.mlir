@@ -13,11 +13,11 @@ builtin.module attributes {wave.cohort = 4 : i64} {
     func.return
   }
 }
-// CHECK:       wpk.granularity = "tile", wpk.counters = 9 : i64
+// CHECK:       wpk.granularity = "tile", wpk.granularity_why = "auto: 96 tracked words touched, within max-tile-words 67,108,864", wpk.counters = 9 : i64
 // CHECK-SAME:  wpk.waits = 0 : i64, wpk.phase_waits = 0 : i64
 // granularity=auto (the default) derives tile-level dependencies while the tasks touch at most
-// max-tile-words tracked words in all (here 16); over it, a barrier per phase: one counter per phase.
-// AUTO:        wpk.granularity = "phase", wpk.counters = 3 : i64
+// max-tile-words tracked words in all (these touch 96); over it, a barrier per phase: one counter per phase.
+// AUTO:        wpk.granularity = "phase", wpk.granularity_why = "auto: 96 tracked words touched, over max-tile-words 1", wpk.counters = 3 : i64
 // CHECK:       wpk.phase "ewise_1"
 // CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = [[W0:[0-9]]] : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64, signal_phase = 0 : i64}
 // CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64>, signal = 2 : i64, signal_phase = 0 : i64}
