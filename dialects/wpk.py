@@ -257,21 +257,47 @@ class TaskOp(IRDLOperation):
         self.properties["payload"] = DenseArrayBase(i32, BytesAttr(np.asarray(words, "<i4").tobytes()))
 
     def verify_(self) -> None:
+        _verified_once((self.opcode, self.inputs, self.input_offsets, self.params), self._verify_operands)
+        _verified_once((self.sessions, self.elems), self._verify_tile)
+        if self.waits is not None:
+            _verified_once((self.waits,), self._verify_waits)
+        if self.signal_phase is not None and not 0 <= self.signal_phase.value.data <= 0xFFFF:
+            raise VerifyException("wpk.task: signal_phase must be a counter in [0, 65535] (0: none)")
+        if self.payload is not None and len(self.payload.data.data) != 128:
+            raise VerifyException("wpk.task: payload must be 32 int32 words (128 bytes)")
+
+    def _verify_operands(self) -> None:
         if self.opcode.data not in OPCODE_NAMES:
             raise VerifyException(f"wpk.task: unknown opcode {self.opcode.data!r}; one of {OPCODE_NAMES}")
         if len(self.input_names) != len(self.operand_offsets) or len(self.input_names) > OUT:
             raise VerifyException(f"wpk.task: {len(self.input_names)} inputs with {len(self.operand_offsets)} offsets (at most {OUT})")
+        if self.param_words and self.param_words[0] != Opcode[self.opcode.data.upper()]:
+            raise VerifyException(f"wpk.task: params block is not a {self.opcode.data} block")
+
+    def _verify_tile(self) -> None:
         for what, rng in (("sessions", self.session_range), ("elems", self.elem_range)):
             if len(rng) != 2 or not 0 <= rng[0] < rng[1]:
                 raise VerifyException(f"wpk.task: {what} must be a non-empty [begin, end) range, got {list(rng)}")
-        if self.param_words and self.param_words[0] != Opcode[self.opcode.data.upper()]:
-            raise VerifyException(f"wpk.task: params block is not a {self.opcode.data} block")
-        if self.waits is not None and (len(_ints(self.waits)) % 2 or len(self.wait_pairs) > MAX_WAITS):
+
+    def _verify_waits(self) -> None:
+        if len(self.wait_words) % 2 or len(self.wait_pairs) > MAX_WAITS:
             raise VerifyException(f"wpk.task: waits must be at most {MAX_WAITS} (counter, count) pairs")
-        if self.signal_phase is not None and not 0 <= self.signal_phase.value.data <= 0xFFFF:
-            raise VerifyException("wpk.task: signal_phase must be a counter in [0, 65535] (0: none)")
-        if self.payload is not None and len(_ints(self.payload)) != 32:
-            raise VerifyException("wpk.task: payload must be 32 int32 words (128 bytes)")
+
+
+# Attribute combinations a task verifier has accepted, by identity. The tiles of one op share their
+# attributes, so a module of 10^5 tasks checks each combination once; the entries keep the attributes
+# alive, so an id is not reused while it is here.
+_VERIFIED: dict[tuple[int, ...], tuple] = {}
+
+
+def _verified_once(attrs: tuple, check) -> None:
+    key = tuple(map(id, attrs))
+    if key in _VERIFIED:
+        return
+    check()
+    if len(_VERIFIED) > 1 << 20:
+        _VERIFIED.clear()
+    _VERIFIED[key] = attrs
 
 
 Wpk = Dialect("wpk", [BufferOp, PhaseOp, TaskOp], [])
