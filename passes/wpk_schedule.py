@@ -430,80 +430,8 @@ class WpkSchedule(ModulePass):
         if granularity == "phase":
             worker_of, position, finish, busy, critical = _barrier_list_schedule(tasks, phases, self.workers, handoff)
         else:
-            # ---- critical-path priority (bottom level) over the wait graph
-            waiters: dict[int, list[int]] = {}
-            for t in tasks:
-                for c in t.waits:
-                    waiters.setdefault(c, []).append(t.index)
-            signals_of = [[t.group] + ([phase_counter[t.phase]] if phase_counter[t.phase] != t.group else []) for t in tasks]
-            bottom = [0.0] * len(tasks)  # priority: cost to the end of the beat, handoffs included
-            chain = [0.0] * len(tasks)  # the same without handoffs: the dependency chain's work
-            counter_bottom: dict[int, tuple[float, float]] = {}
-            for t in reversed(tasks):
-                tail = tail_chain = 0.0
-                for c in signals_of[t.index]:
-                    if c in waiters:
-                        if c not in counter_bottom:
-                            counter_bottom[c] = (handoff + max(bottom[w] for w in waiters[c]),
-                                                 max(chain[w] for w in waiters[c]))
-                        tail = max(tail, counter_bottom[c][0])
-                        tail_chain = max(tail_chain, counter_bottom[c][1])
-                bottom[t.index] = t.cost + tail
-                chain[t.index] = t.cost + tail_chain
-            critical = max(chain) if chain else 0.0
-
-            # ---- list scheduling
-            remaining = {c: len(counters[c].tasks) for c in waiters}
-            counter_done: dict[int, float] = {}
-            counter_worker: dict[int, int] = {}  # the one worker all of a counter's signallers ran on, or -1
-            blocked = [len(t.waits) for t in tasks]
-            ready = [(-bottom[t.index], t.index) for t in tasks if not t.waits]
-            heapq.heapify(ready)
-            free = np.zeros(self.workers)
-            busy = np.zeros(self.workers)
-            finish = [0.0] * len(tasks)
-            worker_of = [0] * len(tasks)
-            lists: list[list[int]] = [[] for _ in range(self.workers)]
-            sequence = []
-            while ready:
-                _, i = heapq.heappop(ready)
-                t = tasks[i]
-                at = np.zeros(self.workers)
-                for c in t.waits:  # a wait on tasks of another worker costs a handoff, on its own worker not
-                    v = np.full(self.workers, counter_done[c] + handoff)
-                    if counter_worker[c] >= 0:
-                        v[counter_worker[c]] = counter_done[c]
-                    at = np.maximum(at, v)
-                start = np.maximum(free, at)
-                best = float(start.min())
-                fits = np.flatnonzero(start == best)
-                w = int(fits[np.argmax(free[fits])])  # among the earliest, the one idle the least
-                finish[i] = best + t.cost
-                free[w] = finish[i]
-                busy[w] += t.cost
-                worker_of[i] = w
-                lists[w].append(i)
-                sequence.append(i)
-                for c in signals_of[i]:
-                    if c not in remaining:
-                        continue
-                    counter_done[c] = max(counter_done.get(c, 0.0), finish[i])
-                    counter_worker[c] = w if counter_worker.get(c, w) == w else -1
-                    remaining[c] -= 1
-                    if remaining[c] == 0:
-                        for j in waiters[c]:
-                            blocked[j] -= 1
-                            if blocked[j] == 0:
-                                heapq.heappush(ready, (-bottom[j], j))
-            if len(sequence) != len(tasks):  # cannot happen: every wait points at an earlier phase
-                raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
-
-            # ---- drop waits the worker order already implies
-            position = [0] * len(tasks)
-            for w, rows in enumerate(lists):
-                for k, i in enumerate(rows):
-                    position[i] = k
-            _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, self.workers)
+            worker_of, position, finish, busy, critical = _list_schedule(
+                tasks, counters, phase_counter, self.workers, handoff)
 
         # ---- allocate counter numbers: group counters always (a task must signal), phase ones if waited
         waited = {c for t in tasks for c in t.waits}
@@ -537,6 +465,88 @@ class WpkSchedule(ModulePass):
         )
         op.attributes["wpk.waits"] = IntegerAttr(n_waits, i64)
         op.attributes["wpk.phase_waits"] = IntegerAttr(phase_waits, i64)
+
+
+def _list_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: dict[int, int], workers: int,
+                   handoff: float):
+    """granularity=tile: ready tasks by critical-path priority onto the worker where they start earliest
+    (the module docstring), then the waits the worker order implies dropped. Returns (worker_of, position,
+    finish, busy, critical path)."""
+    # ---- critical-path priority (bottom level) over the wait graph
+    waiters: dict[int, list[int]] = {}
+    for t in tasks:
+        for c in t.waits:
+            waiters.setdefault(c, []).append(t.index)
+    signals_of = [[t.group] + ([phase_counter[t.phase]] if phase_counter[t.phase] != t.group else []) for t in tasks]
+    bottom = [0.0] * len(tasks)  # priority: cost to the end of the beat, handoffs included
+    chain = [0.0] * len(tasks)  # the same without handoffs: the dependency chain's work
+    counter_bottom: dict[int, tuple[float, float]] = {}
+    for t in reversed(tasks):
+        tail = tail_chain = 0.0
+        for c in signals_of[t.index]:
+            if c in waiters:
+                if c not in counter_bottom:
+                    counter_bottom[c] = (handoff + max(bottom[w] for w in waiters[c]),
+                                         max(chain[w] for w in waiters[c]))
+                tail = max(tail, counter_bottom[c][0])
+                tail_chain = max(tail_chain, counter_bottom[c][1])
+        bottom[t.index] = t.cost + tail
+        chain[t.index] = t.cost + tail_chain
+    critical = max(chain) if chain else 0.0
+
+    # ---- list scheduling
+    remaining = {c: len(counters[c].tasks) for c in waiters}
+    counter_done: dict[int, float] = {}
+    counter_worker: dict[int, int] = {}  # the one worker all of a counter's signallers ran on, or -1
+    blocked = [len(t.waits) for t in tasks]
+    ready = [(-bottom[t.index], t.index) for t in tasks if not t.waits]
+    heapq.heapify(ready)
+    free = np.zeros(workers)
+    busy = np.zeros(workers)
+    finish = [0.0] * len(tasks)
+    worker_of = [0] * len(tasks)
+    lists: list[list[int]] = [[] for _ in range(workers)]
+    sequence = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        t = tasks[i]
+        at = np.zeros(workers)
+        for c in t.waits:  # a wait on tasks of another worker costs a handoff, on its own worker not
+            v = np.full(workers, counter_done[c] + handoff)
+            if counter_worker[c] >= 0:
+                v[counter_worker[c]] = counter_done[c]
+            at = np.maximum(at, v)
+        start = np.maximum(free, at)
+        best = float(start.min())
+        fits = np.flatnonzero(start == best)
+        w = int(fits[np.argmax(free[fits])])  # among the earliest, the one idle the least
+        finish[i] = best + t.cost
+        free[w] = finish[i]
+        busy[w] += t.cost
+        worker_of[i] = w
+        lists[w].append(i)
+        sequence.append(i)
+        for c in signals_of[i]:
+            if c not in remaining:
+                continue
+            counter_done[c] = max(counter_done.get(c, 0.0), finish[i])
+            counter_worker[c] = w if counter_worker.get(c, w) == w else -1
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                for j in waiters[c]:
+                    blocked[j] -= 1
+                    if blocked[j] == 0:
+                        heapq.heappush(ready, (-bottom[j], j))
+    if len(sequence) != len(tasks):  # cannot happen: every wait points at an earlier phase
+        raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
+
+    # ---- drop waits the worker order already implies
+    position = [0] * len(tasks)
+    for w, rows in enumerate(lists):
+        for k, i in enumerate(rows):
+            position[i] = k
+    _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, workers)
+    return worker_of, position, finish, busy, critical
 
 
 def _barrier_list_schedule(tasks: list[_Task], phases: list[list[int]], workers: int, handoff: float):
