@@ -34,6 +34,12 @@ def tasks_of(module: ModuleOp) -> list[wpk.TaskOp]:
     return [t for phase in phases_of(module) for t in phase.tasks]
 
 
+def payload_records(tasks: list[wpk.TaskOp]) -> np.ndarray:
+    """The tasks' encoded payloads (their `payload` properties) as PAYLOAD_DTYPE records, in the given order
+    (read-only: a view of the joined bytes)."""
+    return np.frombuffer(b"".join(t.payload.data.data for t in tasks), PAYLOAD_DTYPE)
+
+
 def params_table(tasks: list[wpk.TaskOp]) -> tuple[np.ndarray, dict[tuple[int, ...], int]]:
     """The int64 parameter table and each distinct block's word offset in it, in first-use order."""
     where: dict[tuple[int, ...], int] = {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
@@ -57,15 +56,13 @@ class WpkVerify(ModulePass):
         instead of 37)."""
         from wavec.analysis.footprints import FootprintCache
         from wavec.opcodes import unpack_params
-        from wavec.passes.wpk_payload import params_table, tasks_of
-        from wavec.payload import PAYLOAD_DTYPE
+        from wavec.passes.wpk_payload import params_table, payload_records, tasks_of
         from wavec.verify import budget_message, count_intervals, param_blocks
 
         tasks = tasks_of(op)
         if not self.max_incidences or any(t.payload is None for t in tasks):
             return  # no budget, or no payloads yet: verify_profile reports the missing pass
         table, _ = params_table(tasks)  # as wpk-payload numbered the payloads' params words
-        rec = np.frombuffer(b"".join(t.payload.data.data for t in tasks), PAYLOAD_DTYPE)
-        n = count_intervals(rec, param_blocks(table), FootprintCache(table, unpack_params))
+        n = count_intervals(payload_records(tasks), param_blocks(table), FootprintCache(table, unpack_params))
         if n > self.max_incidences:
             raise VerificationTooLarge(budget_message(len(tasks), n, self.max_incidences, "at least"))

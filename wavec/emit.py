@@ -14,9 +14,8 @@ from wavec.dialects import wave, wpk
 from wavec.errors import WavecError
 from wavec.analysis.relax_memplan import phase_tensors
 from wavec.passes.wpk_arena import buffers_of
-from wavec.passes.wpk_payload import ewise_body_table, params_table, tasks_of
+from wavec.passes.wpk_payload import ewise_body_table, params_table, payload_records, tasks_of
 from wavec.passes.wpk_schedule import phases_of
-from wavec.payload import PAYLOAD_DTYPE, words_to_records
 from wavec.profile import FORMAT, Profile
 from wavec.weights import GeneratedWeight, stored_position, stored_size
 
@@ -85,11 +84,11 @@ def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[l
     if any(t.payload is None for t in tasks):
         raise WavecError("profile emission: some tasks have no payload; run wpk-payload first")
     keyed = sorted(tasks, key=lambda t: (t.worker.value.data, t.order.value.data))
-    records = words_to_records(np.array([list(t.payload.get_values()) for t in keyed], "<i4"))
+    records = payload_records(keyed).copy()  # writable: the profile owns it
     counts = np.bincount([t.worker.value.data for t in keyed], minlength=workers)[:workers]
     ends = np.cumsum(counts)
     rows = [[int(e - c), int(e)] for c, e in zip(counts, ends)]
-    return records.astype(PAYLOAD_DTYPE), rows
+    return records, rows
 
 
 def stored_weights(

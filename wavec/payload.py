@@ -81,8 +81,3 @@ def cuda_struct() -> str:
     lines.append("};")
     lines.append(f'static_assert(sizeof(Payload) == {PAYLOAD_BYTES}, "payload layout drifted from wavec/payload.py");')
     return "\n".join(lines)
-
-
-def words_to_records(words: np.ndarray) -> np.ndarray:
-    """Views rows of 32 int32 words (the form the IR carries) as payload records."""
-    return np.ascontiguousarray(words, dtype="<i4").view(PAYLOAD_DTYPE).reshape(-1)
