@@ -158,6 +158,15 @@ def stored_ranges(arena_bytes: int, generated: list[dict]) -> list[tuple[int, in
     return ranges
 
 
+def stored_spans(arena_bytes: int, generated: list[dict]) -> list[tuple[int, int, int]]:
+    """``stored_ranges`` with where each one starts in weights.bin: ``(begin, end, position)``."""
+    spans, at = [], 0
+    for b, e in stored_ranges(arena_bytes, generated):
+        spans.append((b, e, at))
+        at += e - b
+    return spans
+
+
 def stored_size(arena_bytes: int, generated: list[dict]) -> int:
     """Bytes of weights.bin: the weights arena less its generated weights."""
     return sum(e - b for b, e in stored_ranges(arena_bytes, generated))
@@ -166,11 +175,9 @@ def stored_size(arena_bytes: int, generated: list[dict]) -> int:
 def stored_position(arena_bytes: int, generated: list[dict], offset: int) -> int:
     """Where arena byte ``offset`` (in a stored range) lies in weights.bin. Raises ValueError when a
     generated weight holds it."""
-    at = 0
-    for b, e in stored_ranges(arena_bytes, generated):
+    for b, e, at in stored_spans(arena_bytes, generated):
         if b <= offset < e:
             return at + offset - b
-        at += e - b
     raise ValueError(f"weights arena byte {offset} belongs to a generated weight, not to weights.bin")
 
 
@@ -179,10 +186,8 @@ def unpack_stored(stored: np.ndarray, arena_bytes: int, generated: list[dict]) -
     when the sizes disagree."""
     check_stored(stored, arena_bytes, generated)
     image = np.zeros(arena_bytes, np.uint8)
-    at = 0
-    for b, e in stored_ranges(arena_bytes, generated):
+    for b, e, at in stored_spans(arena_bytes, generated):
         image[b:e] = stored[at : at + e - b]
-        at += e - b
     return image
 
 
@@ -206,12 +211,10 @@ def read_arena(stored: np.ndarray, arena_bytes: int, generated: list[dict], offs
     state's initial value may be a ConstantWeight). Bytes past the arena are absent."""
     end = min(offset + nbytes, arena_bytes)
     out = np.zeros(max(0, end - offset), np.uint8)
-    at = 0
-    for b, e in stored_ranges(arena_bytes, generated):
+    for b, e, at in stored_spans(arena_bytes, generated):
         lo, hi = max(b, offset), min(e, end)
         if lo < hi:
             out[lo - offset : hi - offset] = stored[at + lo - b : at + hi - b]
-        at += e - b
     for spec in generated:
         begin, stop = int(spec["offset"]), int(spec["offset"]) + 4 * int(spec["elems"])
         lo, hi = max(begin, offset), min(stop, end)
