@@ -144,10 +144,10 @@ def build_prologue_profile(sessions: int = 5, workers: int = 3, seed: int = 0, d
     return pb.build(), weights
 
 
-def prologue_reference(weights: dict, frames: dict) -> dict[str, np.ndarray]:
-    """The prologue program in float64 numpy."""
+def prologue_reference(weights: dict, frames: dict, dims: dict = PROLOGUE) -> dict[str, np.ndarray]:
+    """The prologue program of ``dims`` in float64 numpy."""
     x = frames["x"].astype(np.float64)  # [beats, sessions, rows, k]
-    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + PROLOGUE["eps"])  # COHORT_GEMM's eps is the same
+    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + dims["eps"])
     return {"y": np.tanh((x * rstd * weights["g"].astype(np.float64)) @ weights["W"].astype(np.float64))}
 
 
@@ -342,7 +342,7 @@ def test_prologue_profile_interp_matches_reference(dims):
     profile, weights = build_prologue_profile(dims=dims)
     verify_profile(profile)
     frames, reset = random_run(profile, 2)
-    assert max_err(interp_run(profile, frames, reset), prologue_reference(weights, frames)) <= 1e-5
+    assert max_err(interp_run(profile, frames, reset), prologue_reference(weights, frames, dims)) <= 1e-5
 
 
 def test_the_cohort_gemm_is_off_unless_switched_on():
@@ -368,7 +368,7 @@ def test_cuda_prologue_matches_interp_and_reference(sessions, dims, cohort_gemm)
     got = runtime.run_beats(profile, frames, reset, cubin=cubin)
     want = interp_run(profile, frames, reset)
     assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= 1e-4
-    assert max_err(got, prologue_reference(weights, frames)) <= 1e-4
+    assert max_err(got, prologue_reference(weights, frames, dims)) <= 1e-4
 
 
 @pytest.mark.gpu
