@@ -159,3 +159,16 @@ def test_footprint_size_counts_the_footprint(model):
         e0, e1, n_in = int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"])
         for k in [*range(n_in), OUT]:
             assert footprint_size(params, k, e0, e1, n_in) == len(np.unique(footprint(params, k, e0, e1, n_in)))
+
+
+def test_union_of_progressions_matches_enumeration():
+    """footprint_size counts a matmul operand (rows x a k-long progression) by merging intervals; on fresh
+    random rows, steps (negative, zero, positive) and lengths it equals the enumerated set's size."""
+    from wavec.opcodes import _progressions_union_size
+
+    rng = np.random.default_rng()
+    for _ in range(500):
+        starts = np.unique(rng.integers(-60, 300, int(rng.integers(1, 40))))
+        step, count = int(rng.integers(-9, 10)), int(rng.integers(1, 25))
+        points = starts[:, None] + step * np.arange(count)[None, :]
+        assert _progressions_union_size(starts, step, count) == len(np.unique(points)), (starts, step, count)

@@ -705,8 +705,9 @@ def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs:
     outer = None
     if isinstance(params, MatmulParams) and operand < params.epilogue_slot:
         strides = (params.a_strides, params.b_strides, *params.prologue.strides)[operand]
-        outer = (params.shape, strides[:-1], (params.k,), strides[-1:])
-    elif isinstance(params, ReduceParams) and operand != OUT:
+        rows = np.unique(view_offsets(tuple(params.shape), tuple(strides[:-1]), begin, end))
+        return _progressions_union_size(rows, strides[-1], params.k)
+    if isinstance(params, ReduceParams) and operand != OUT:
         outer = (params.shape, params.in_strides, params.rshape, params.rstrides)
     if isinstance(params, ConvParams) and operand < params.epilogue_slot and operand != OUT:
         start, stop = _conv_operand_range(params, operand, begin, end)
@@ -724,6 +725,22 @@ def footprint_size(params: Params, operand: int, begin: int, end: int, n_inputs:
     if _sums_are_distinct(rows, inner) or _sums_are_distinct(inner, rows):
         return len(rows) * len(inner)
     return len(footprint(params, operand, begin, end, n_inputs))
+
+
+def _progressions_union_size(starts: np.ndarray, step: int, count: int) -> int:
+    """|{s + step * j : s in starts, 0 <= j < count}| for sorted distinct ``starts``, in O(len(starts))
+    sorting instead of enumerating len(starts) x count points: the progressions of one residue modulo
+    |step| are intervals of ``count`` steps, and the union of sorted intervals of one length L is the sum
+    of min(gap, L) between neighbours plus L (a matmul row's k-long dot product over a 131,072-wide k)."""
+    if len(starts) == 0 or count <= 0:
+        return 0
+    if step == 0:
+        return len(starts)
+    residue, index = np.divmod(starts, abs(step))[::-1]
+    order = np.lexsort((index, residue))
+    residue, index = residue[order], index[order]
+    same = residue[1:] == residue[:-1]
+    return int(np.where(same, np.minimum(np.diff(index), count), count).sum() + count)
 
 
 def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
