@@ -3,13 +3,15 @@
 - ``wpk.buffer "name" {arena, bytes, session_stride, role, ...}``: an arena slice. ``bytes`` is one
   session's size (the whole size for shared buffers, whose ``session_stride`` is 0); ``offset`` is set by
   `wpk-arena`. ``role`` says what the bytes are: input, output, state, weight, act, reset.
-- ``wpk.phase "name" {op} { wpk.task ... }``: the tasks of one wave op, in program order.
-- ``wpk.task "opcode" {...}``: one tile of one op for a slice of the cohort: ``inputs`` (buffer names),
-  ``input_offsets`` (extra element offsets into them), ``output`` / ``output_offset``, ``sessions`` and
-  ``elems`` ([begin, end) ranges), ``params`` (the parameter block, wavec/opcodes.py). `wpk-schedule`
-  adds ``worker``, ``order``, ``waits`` (pairs counter, count), ``signal`` (the task's group counter) and
-  ``signal_phase`` (its phase-wide counter, 0 = none); `wpk-payload` adds
-  ``payload``, the task's 128-byte record as 32 int32 words.
+- ``wpk.phase "name" {op} { wpk.tasks ... }``: the tasks of one wave op, in program order.
+- ``wpk.tasks "opcode" {...}``: a table of tasks, each one tile of one op part for a slice of the cohort.
+  Shared by every row: ``inputs`` (buffer names), ``input_offsets`` (extra element offsets into them),
+  ``output`` / ``output_offset`` and ``params`` (the parameter block, wavec/opcodes.py). One entry per
+  row: ``sessions`` and ``elems`` (a [begin, end) pair each). `wpk-schedule` adds the columns
+  ``worker``, ``order``, ``signal`` (the task's group counter), ``signal_phase`` (its phase-wide counter,
+  0 = none), ``n_waits`` and ``waits`` (the rows' (counter, count) pairs, concatenated); `wpk-payload`
+  adds ``payload``, each task's 128-byte record as 32 int32 words. One op per part, not per task: a
+  cohort of 10^5 tasks is a few thousand ops (xDSL creates and verifies an op in about 90 us).
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def _unpack(raw: bytes, code: str) -> tuple[int, ...]:
 
 
 def _ints(attr: DenseArrayBase | None) -> tuple[int, ...]:
-    """The integers of a dense array, decoded once per distinct byte string: the hundreds of thousands of
-    tasks of a large cohort share a few attributes, and every pass and verify() reads them again
+    """The integers of a small dense array (operand offsets, a parameter block), decoded once per distinct
+    byte string: the ops of a large cohort share a few, and every pass and verify() reads them again
     (DenseArrayBase.get_values decodes element by element)."""
     return _unpack(attr.data.data, _STRUCT_CODES[attr.elt_type.width.data]) if attr is not None else ()
 
@@ -60,19 +62,13 @@ def _i64s(values: Sequence[int]) -> DenseArrayBase:
     return DenseArrayBase(i64, BytesAttr(struct.pack(f"<{len(values)}q", *values)))
 
 
-# Attributes are immutable: the few distinct small ones (tile bounds, worker numbers, counters) are made
-# once and shared by the hundreds of thousands of tasks of a large cohort.
-_SMALL: dict = {}
+def _array(attr: DenseArrayBase) -> np.ndarray:
+    """A dense array's values as a read-only int64 numpy column (a view when they are int64)."""
+    return np.frombuffer(attr.data.data, "<i8" if attr.elt_type.width.data == 64 else "<i4").astype(np.int64, copy=False)
 
 
-def _shared(kind: str, value):
-    key = (kind, value)
-    attr = _SMALL.get(key)
-    if attr is None:
-        if len(_SMALL) > 1 << 20:
-            _SMALL.clear()
-        attr = _SMALL[key] = IntegerAttr(value, i64) if kind == "int" else _i64s(value)
-    return attr
+def _column(values) -> DenseArrayBase:
+    return DenseArrayBase(i64, BytesAttr(np.ascontiguousarray(values, "<i8").tobytes()))
 
 
 @irdl_op_definition
@@ -143,13 +139,18 @@ class PhaseOp(IRDLOperation):
         )
 
     @property
-    def tasks(self) -> list["TaskOp"]:
-        return [t for t in self.body.block.ops if isinstance(t, TaskOp)]
+    def tasks(self) -> list["TasksOp"]:
+        """The phase's `wpk.tasks` ops (each a table of tasks), in program order."""
+        return [t for t in self.body.block.ops if isinstance(t, TasksOp)]
+
+    @property
+    def task_count(self) -> int:
+        return sum(t.count for t in self.tasks)
 
     def verify_(self) -> None:
         for op in self.body.block.ops:
-            if not isinstance(op, TaskOp):
-                raise VerifyException(f"wpk.phase {self.sym_name.data!r} may hold only wpk.task, found {op.name}")
+            if not isinstance(op, TasksOp):
+                raise VerifyException(f"wpk.phase {self.sym_name.data!r} may hold only wpk.tasks, found {op.name}")
 
 
 def _block(ops):
@@ -159,34 +160,41 @@ def _block(ops):
 
 
 @irdl_op_definition
-class TaskOp(IRDLOperation):
-    name = "wpk.task"
+class TasksOp(IRDLOperation):
+    """The tasks of one tiled op part: one row per task, a tile of [session, element) ranges. Every row
+    shares the operand properties; the per-task properties are dense columns, so a cohort of 10^5 tasks
+    costs one op per part, not one per task (xDSL creates and verifies an op in about 90 us)."""
+
+    name = "wpk.tasks"
     opcode = prop_def(StringAttr)
     inputs = prop_def(ArrayAttr)
     input_offsets = prop_def(DenseArrayBase)
     output = prop_def(StringAttr)
     output_offset = prop_def(IntegerAttr)
+    params = prop_def(DenseArrayBase)
     sessions = prop_def(DenseArrayBase)
     elems = prop_def(DenseArrayBase)
-    params = prop_def(DenseArrayBase)
-    worker = opt_prop_def(IntegerAttr)
-    order = opt_prop_def(IntegerAttr)
+    worker = opt_prop_def(DenseArrayBase)
+    order = opt_prop_def(DenseArrayBase)
+    signal = opt_prop_def(DenseArrayBase)
+    signal_phase = opt_prop_def(DenseArrayBase)
+    n_waits = opt_prop_def(DenseArrayBase)
     waits = opt_prop_def(DenseArrayBase)
-    signal = opt_prop_def(IntegerAttr)
-    signal_phase = opt_prop_def(IntegerAttr)
     payload = opt_prop_def(DenseArrayBase)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$opcode attr-dict"
 
-    def __init__(self, opcode: str, inputs: Sequence[tuple[str, int]], output: tuple[str, int],
-                 sessions: tuple[int, int], elems: tuple[int, int], params: Sequence[int]):
-        super().__init__(properties={**TaskOp.operand_properties(opcode, inputs, output, params),
-                                     "sessions": _i64s(sessions), "elems": _i64s(elems)})
+    def __init__(self, opcode: str, inputs: Sequence[tuple[str, int]], output: tuple[str, int], params: Sequence[int],
+                 tiles: Sequence[tuple[int, int, int, int]]):
+        """``tiles``: one (session begin, session end, element begin, element end) per task."""
+        t = np.asarray(tiles, np.int64).reshape(-1, 4)
+        super().__init__(properties={**TasksOp.operand_properties(opcode, inputs, output, params),
+                                     "sessions": _column(t[:, 0:2]), "elems": _column(t[:, 2:4])})
 
     @staticmethod
     def operand_properties(opcode: str, inputs: Sequence[tuple[str, int]], output: tuple[str, int],
                            params: Sequence[int]) -> dict:
-        """The properties every tile of one op shares (all but ``sessions`` and ``elems``)."""
+        """The properties every task of the op shares (all but the columns)."""
         return {
             "opcode": StringAttr(opcode),
             "inputs": ArrayAttr([StringAttr(n) for n, _ in inputs]),
@@ -196,14 +204,12 @@ class TaskOp(IRDLOperation):
             "params": _i64s(params),
         }
 
-    @classmethod
-    def tile(cls, shared: dict, sessions: tuple[int, int], elems: tuple[int, int]) -> "TaskOp":
-        """One tile of an op whose other properties are ``shared`` (``operand_properties``): the attributes
-        are shared, not copied, so a phase of many tiles costs one small op per tile (no re-verification
-        here: the module's verify() checks every task)."""
-        return cls.create(properties={**shared, "sessions": _shared("i64s", sessions), "elems": _shared("i64s", elems)})
+    # Accessors that give plain Python values or numpy columns, so passes read like the record they build.
+    @property
+    def count(self) -> int:
+        """Tasks (rows) in the op."""
+        return len(self.sessions.data.data) // 16
 
-    # Accessors that give plain Python values, so passes read like the record they build.
     @property
     def input_names(self) -> list[str]:
         return [a.data for a in self.inputs.data]  # type: ignore[union-attr]
@@ -213,75 +219,93 @@ class TaskOp(IRDLOperation):
         return _ints(self.input_offsets)
 
     @property
-    def session_range(self) -> tuple[int, int]:
-        return _ints(self.sessions)  # type: ignore[return-value]
-
-    @property
-    def elem_range(self) -> tuple[int, int]:
-        return _ints(self.elems)  # type: ignore[return-value]
-
-    @property
     def param_words(self) -> tuple[int, ...]:
         return _ints(self.params)
 
     @property
-    def wait_words(self) -> tuple[int, ...]:
-        """counter, count, counter, count, ... (the payload's order)."""
-        return _ints(self.waits)
+    def tiles(self) -> np.ndarray:
+        """(count, 4) int64: session begin, session end, element begin, element end of each task."""
+        return np.concatenate([_array(self.sessions).reshape(-1, 2), _array(self.elems).reshape(-1, 2)], axis=1)
 
     @property
-    def wait_pairs(self) -> list[tuple[int, int]]:
-        w = self.wait_words
-        return list(zip(w[0::2], w[1::2]))
+    def scheduled(self) -> bool:
+        return self.worker is not None
 
-    def set_schedule(self, worker: int, order: int, waits: Sequence[tuple[int, int]], signal: int,
-                     signal_phase: int = 0) -> None:
-        self.properties["worker"] = _shared("int", int(worker))
-        self.properties["order"] = _shared("int", int(order))
-        self.properties["waits"] = _shared("i64s", tuple(int(x) for pair in waits for x in pair))
-        self.properties["signal"] = _shared("int", int(signal))
-        self.properties["signal_phase"] = _shared("int", int(signal_phase))
+    def column(self, name: str) -> np.ndarray:
+        """A schedule column (worker, order, signal, signal_phase, n_waits) as int64, one entry per task."""
+        return _array(self.properties[name])
 
-    @property
-    def signals(self) -> list[int]:
-        """The counters the task increments when done (``signal``, then ``signal_phase`` when set)."""
-        out = [self.signal.value.data] if self.signal is not None else []
-        if self.signal_phase is not None and self.signal_phase.value.data:
-            out.append(self.signal_phase.value.data)
-        return out
+    def wait_lists(self) -> list[list[tuple[int, int]]]:
+        """Each task's (counter, count) waits."""
+        flat = _array(self.waits).reshape(-1, 2).tolist()
+        ends = np.cumsum(self.column("n_waits")).tolist()
+        return [[tuple(p) for p in flat[b:e]] for b, e in zip([0, *ends[:-1]], ends)]
+
+    def wait_table(self) -> np.ndarray:
+        """(count, MAX_WAITS, 2) int64: each task's (counter, count) pairs, unused slots zero."""
+        n_waits = self.column("n_waits")
+        table = np.zeros((self.count, MAX_WAITS, 2), np.int64)
+        rows = np.repeat(np.arange(self.count), n_waits)
+        slots = np.arange(len(rows)) - np.repeat(np.cumsum(n_waits) - n_waits, n_waits)
+        table[rows, slots] = _array(self.waits).reshape(-1, 2)
+        return table
+
+    def set_schedule(self, worker: Sequence[int], order: Sequence[int], waits: Sequence[Sequence[tuple[int, int]]],
+                     signal: Sequence[int], signal_phase: Sequence[int]) -> None:
+        """One entry per task: its worker, its place in that worker's list, its (counter, count) waits,
+        its group counter and its phase-wide counter (0: none)."""
+        self.properties["worker"] = _column(worker)
+        self.properties["order"] = _column(order)
+        self.properties["n_waits"] = _column([len(w) for w in waits])
+        self.properties["waits"] = _column([x for w in waits for pair in w for x in pair])
+        self.properties["signal"] = _column(signal)
+        self.properties["signal_phase"] = _column(signal_phase)
 
     def set_params(self, words: Sequence[int]) -> None:
         self.properties["params"] = _i64s(words)
 
-    def set_payload(self, words: Sequence[int]) -> None:
-        self.properties["payload"] = DenseArrayBase(i32, BytesAttr(np.asarray(words, "<i4").tobytes()))
+    def set_payload(self, words: np.ndarray) -> None:
+        """(count, 32) int32: each task's 128-byte record."""
+        self.properties["payload"] = DenseArrayBase(i32, BytesAttr(np.ascontiguousarray(words, "<i4").tobytes()))
 
     def verify_(self) -> None:
         _verified_once((self.opcode, self.inputs, self.input_offsets, self.params), self._verify_operands)
-        _verified_once((self.sessions, self.elems), self._verify_tile)
-        if self.waits is not None:
-            _verified_once((self.waits,), self._verify_waits)
-        if self.signal_phase is not None and not 0 <= self.signal_phase.value.data <= 0xFFFF:
-            raise VerifyException("wpk.task: signal_phase must be a counter in [0, 65535] (0: none)")
-        if self.payload is not None and len(self.payload.data.data) != 128:
-            raise VerifyException("wpk.task: payload must be 32 int32 words (128 bytes)")
+        _verified_once((self.sessions, self.elems), self._verify_tiles)
+        n = self.count
+        for name in ("worker", "order", "signal", "signal_phase", "n_waits"):
+            attr = self.properties.get(name)
+            if attr is not None and len(_array(attr)) != n:
+                raise VerifyException(f"wpk.tasks: {name} has {len(_array(attr))} entries for {n} tasks")
+        if self.n_waits is not None:
+            n_waits = self.column("n_waits")
+            if n and (n_waits.min() < 0 or n_waits.max() > MAX_WAITS):
+                raise VerifyException(f"wpk.tasks: a task has {int(n_waits.max())} waits; a payload holds at most {MAX_WAITS}")
+            if self.waits is None or len(_array(self.waits)) != 2 * int(n_waits.sum()):
+                raise VerifyException("wpk.tasks: waits must hold one (counter, count) pair per wait n_waits counts")
+        signal_phase = self.column("signal_phase") if self.signal_phase is not None else np.zeros(0, np.int64)
+        if ((signal_phase < 0) | (signal_phase > 0xFFFF)).any():
+            raise VerifyException("wpk.tasks: signal_phase must be a counter in [0, 65535] (0: none)")
+        if self.payload is not None and len(self.payload.data.data) != 128 * n:
+            raise VerifyException(f"wpk.tasks: payload must be 32 int32 words (128 bytes) per task, for {n} tasks")
 
     def _verify_operands(self) -> None:
         if self.opcode.data not in OPCODE_NAMES:
-            raise VerifyException(f"wpk.task: unknown opcode {self.opcode.data!r}; one of {OPCODE_NAMES}")
+            raise VerifyException(f"wpk.tasks: unknown opcode {self.opcode.data!r}; one of {OPCODE_NAMES}")
         if len(self.input_names) != len(self.operand_offsets) or len(self.input_names) > OUT:
-            raise VerifyException(f"wpk.task: {len(self.input_names)} inputs with {len(self.operand_offsets)} offsets (at most {OUT})")
+            raise VerifyException(f"wpk.tasks: {len(self.input_names)} inputs with {len(self.operand_offsets)} offsets (at most {OUT})")
         if self.param_words and self.param_words[0] != Opcode[self.opcode.data.upper()]:
-            raise VerifyException(f"wpk.task: params block is not a {self.opcode.data} block")
+            raise VerifyException(f"wpk.tasks: params block is not a {self.opcode.data} block")
 
-    def _verify_tile(self) -> None:
-        for what, rng in (("sessions", self.session_range), ("elems", self.elem_range)):
-            if len(rng) != 2 or not 0 <= rng[0] < rng[1]:
-                raise VerifyException(f"wpk.task: {what} must be a non-empty [begin, end) range, got {list(rng)}")
-
-    def _verify_waits(self) -> None:
-        if len(self.wait_words) % 2 or len(self.wait_pairs) > MAX_WAITS:
-            raise VerifyException(f"wpk.task: waits must be at most {MAX_WAITS} (counter, count) pairs")
+    def _verify_tiles(self) -> None:
+        for what in ("sessions", "elems"):
+            rng = _array(self.properties[what])
+            if len(rng) == 0 or len(rng) % 2 or len(rng) != len(_array(self.sessions)):
+                raise VerifyException(f"wpk.tasks: {what} must hold one [begin, end) pair per task, got {len(rng)} numbers")
+            pairs = rng.reshape(-1, 2)
+            bad = np.flatnonzero((pairs[:, 0] < 0) | (pairs[:, 0] >= pairs[:, 1]))
+            if len(bad):
+                raise VerifyException(
+                    f"wpk.tasks: {what} must be non-empty [begin, end) ranges; task {bad[0]} has {pairs[bad[0]].tolist()}")
 
 
 # Attribute combinations a task verifier has accepted, by identity. The tiles of one op share their
@@ -300,4 +324,4 @@ def _verified_once(attrs: tuple, check) -> None:
     _VERIFIED[key] = attrs
 
 
-Wpk = Dialect("wpk", [BufferOp, PhaseOp, TaskOp], [])
+Wpk = Dialect("wpk", [BufferOp, PhaseOp, TasksOp], [])

@@ -182,9 +182,8 @@ class _Lowering:
             if params.n_elems == 0:  # an empty tensor: nothing to compute, no task
                 continue
             min_elems = max(self.min_elems, self.min_work // max(1, flops_per_element(params)))
-            shared = wpk.TaskOp.operand_properties(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), words)
-            for s0, s1, e0, e1 in self.tiles(params, ins, sessions, min_elems):
-                tasks.append(wpk.TaskOp.tile(shared, (s0, s1), (e0, e1)))
+            tasks.append(wpk.TasksOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), words,
+                                     self.tiles(params, ins, sessions, min_elems)))
         return wpk.PhaseOp(name, op, tasks)
 
     def tiles(self, params, ins: list[Loc], sessions: int, min_elems: int) -> list[tuple[int, int, int, int]]:

@@ -1,6 +1,6 @@
 """`wpk-payload`: encode every scheduled, placed task as its 128-byte record.
 
-Each `wpk.task` gets `payload`, 32 int32 words laid out as wavec/payload.py defines: opcode, worker, waits,
+Each `wpk.tasks` op gets `payload`, per task 32 int32 words laid out as wavec/payload.py defines: opcode, worker, waits,
 signals (group and phase counters), tile, the word offset of its parameter block, and each operand's arena, byte offset and session
 stride resolved from the buffers. Identical parameter blocks are stored once in the params table
 (`params_table`), which the profile writer rebuilds with the same function. Task ids follow program order.
@@ -27,20 +27,21 @@ from wavec.dialects.wpk import ARENA_NAMES
 from wavec.opcodes import OUT, EwiseParams, Opcode, decode_expr
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_schedule import phases_of
-from wavec.payload import MAX_WAITS, PAYLOAD_DTYPE, pack_arenas
+from wavec.payload import PAYLOAD_DTYPE, pack_arenas
 
 
-def tasks_of(module: ModuleOp) -> list[wpk.TaskOp]:
+def tasks_of(module: ModuleOp) -> list[wpk.TasksOp]:
+    """The module's `wpk.tasks` ops in program order (their rows, in order, are the tasks by id)."""
     return [t for phase in phases_of(module) for t in phase.tasks]
 
 
-def payload_records(tasks: list[wpk.TaskOp]) -> np.ndarray:
-    """The tasks' encoded payloads (their `payload` properties) as PAYLOAD_DTYPE records, in the given order
-    (read-only: a view of the joined bytes)."""
+def payload_records(tasks: list[wpk.TasksOp]) -> np.ndarray:
+    """The encoded payloads (the ops' `payload` properties) as PAYLOAD_DTYPE records, one per task in the
+    given ops' order (read-only: a view of the joined bytes)."""
     return np.frombuffer(b"".join(t.payload.data.data for t in tasks), PAYLOAD_DTYPE)
 
 
-def params_table(tasks: list[wpk.TaskOp]) -> tuple[np.ndarray, dict[tuple[int, ...], int]]:
+def params_table(tasks: list[wpk.TasksOp]) -> tuple[np.ndarray, dict[tuple[int, ...], int]]:
     """The int64 parameter table and each distinct block's word offset in it, in first-use order."""
     where: dict[tuple[int, ...], int] = {}
     words: list[int] = []
@@ -56,14 +57,14 @@ def _ewise_key(params: EwiseParams) -> tuple[str, int, int]:
     return str(decode_expr(params.code)), len(params.shape), len(params.in_strides)
 
 
-def number_ewise_bodies(tasks: list[wpk.TaskOp]) -> int:
+def number_ewise_bodies(tasks: list[wpk.TasksOp]) -> int:
     """Writes each EWISE task's body index into its parameter block (see the module docstring); returns
     how many bodies were numbered."""
     from wavec.targets.cuda.tvm_ewise import supports
 
     index: dict[tuple[str, int, int], int] = {}
     numbered = 0
-    renumbered: dict[tuple[int, ...], object] = {}  # block -> its numbered block's attribute, shared by the tiles
+    renumbered: dict[tuple[int, ...], object] = {}  # block -> its numbered block's attribute, shared by the ops
     for task in tasks:
         if task.opcode.data != "ewise":
             continue
@@ -85,7 +86,7 @@ def ewise_body_table(module: ModuleOp) -> list[dict]:
     """profile.json's ``ewise_bodies``: for each body index (in order), its expression text, rank and
     input count, and the phases (``name (op)``) whose tasks run it."""
     table: dict[int, dict] = {}
-    decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key): the tiles of an op share their block
+    decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key): like layers share their block
     for phase in phases_of(module):
         for task in phase.tasks:
             if task.opcode.data != "ewise":
@@ -107,8 +108,8 @@ def ewise_body_table(module: ModuleOp) -> list[dict]:
     return [table[b] for b in range(len(table))]
 
 
-def operand_fields(task: wpk.TaskOp, buffers: dict[str, wpk.BufferOp]) -> tuple:
-    """The fields every tile of one op shares: opcode, input count, each operand slot's byte offset,
+def operand_fields(task: wpk.TasksOp, buffers: dict[str, wpk.BufferOp]) -> tuple:
+    """The fields every task of one op shares: opcode, input count, each operand slot's byte offset,
     session stride and arena (packed)."""
     slots = dict(enumerate(zip(task.input_names, task.operand_offsets)))
     slots[OUT] = (task.output.data, task.output_offset.value.data)
@@ -123,40 +124,24 @@ def operand_fields(task: wpk.TaskOp, buffers: dict[str, wpk.BufferOp]) -> tuple:
     return Opcode[task.opcode.data.upper()], len(task.input_names), offsets, strides, pack_arenas(arenas)
 
 
-def encode_tasks(tasks: list[wpk.TaskOp], buffers: dict[str, wpk.BufferOp], where: dict) -> np.ndarray:
-    """The payload records of ``tasks`` (task id = position), column by column: the operand fields once
-    per distinct op (tiles share their attributes), the tile and schedule fields per task."""
-    if any(t.worker is None for t in tasks):
+def encode_tasks(task: wpk.TasksOp, buffers: dict[str, wpk.BufferOp], where: dict, first_id: int) -> np.ndarray:
+    """The payload records of the op's tasks, column by column (task ids from ``first_id``, in row order):
+    the operand fields once, the tile and schedule fields from the op's columns."""
+    if not task.scheduled:
         raise PassFailedException("wpk-payload: task has no worker; run wpk-schedule first")
-    rec = np.zeros(len(tasks), PAYLOAD_DTYPE)
-    if not tasks:
-        return rec
-    shared: dict[tuple, tuple] = {}
-    columns: dict[str, list] = {k: [] for k in ("opcode", "n_inputs", "offset", "session_stride", "arenas", "params")}
-    tile, waits = [], np.zeros((len(tasks), 2 * MAX_WAITS), np.int64)
-    n_waits = []
-    for i, task in enumerate(tasks):
-        key = tuple(map(id, (task.inputs, task.input_offsets, task.output, task.output_offset, task.opcode)))
-        fields = shared.get(key)
-        if fields is None:
-            fields = shared[key] = operand_fields(task, buffers)
-        for name, value in zip(("opcode", "n_inputs", "offset", "session_stride", "arenas"), fields):
-            columns[name].append(value)
-        columns["params"].append(where[task.param_words])
-        w = task.wait_words
-        waits[i, : len(w)] = w
-        n_waits.append(len(w) // 2)
-        tile.append((task.worker.value.data, task.signal.value.data,
-                     task.signal_phase.value.data if task.signal_phase is not None else 0,
-                     *task.session_range, *task.elem_range))
-    for name, values in columns.items():
-        rec[name] = values
-    t = np.asarray(tile, np.int64).reshape(-1, 7)
-    for j, name in enumerate(("worker", "signal", "signal_phase", "session_begin", "session_end", "elem_begin", "elem_end")):
-        rec[name] = t[:, j]
-    rec["task"] = np.arange(len(tasks))
-    rec["n_waits"] = n_waits
-    rec["wait_counter"], rec["wait_count"] = waits[:, 0::2], waits[:, 1::2]
+    rec = np.zeros(task.count, PAYLOAD_DTYPE)
+    fields = operand_fields(task, buffers)
+    for name, value in zip(("opcode", "n_inputs", "offset", "session_stride", "arenas"), fields):
+        rec[name] = value
+    rec["params"] = where[task.param_words]
+    for name in ("worker", "signal", "signal_phase", "n_waits"):
+        rec[name] = task.column(name)
+    tiles = task.tiles
+    for j, name in enumerate(("session_begin", "session_end", "elem_begin", "elem_end")):
+        rec[name] = tiles[:, j]
+    waits = task.wait_table()
+    rec["wait_counter"], rec["wait_count"] = waits[:, :, 0], waits[:, :, 1]
+    rec["task"] = np.arange(first_id, first_id + task.count)
     return rec
 
 
@@ -171,6 +156,7 @@ class WpkPayload(ModulePass):
         tasks = tasks_of(op)
         number_ewise_bodies(tasks)
         _, where = params_table(tasks)
-        words = encode_tasks(tasks, buffers, where).view("<i4").reshape(len(tasks), PAYLOAD_DTYPE.itemsize // 4)
-        for task, row in zip(tasks, words):
-            task.set_payload(row)
+        first_id = 0
+        for task in tasks:
+            task.set_payload(encode_tasks(task, buffers, where, first_id).view("<i4"))
+            first_id += task.count

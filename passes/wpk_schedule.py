@@ -70,21 +70,28 @@ def _buffers(module: ModuleOp) -> dict[str, wpk.BufferOp]:
     return {op.buffer_name: op for op in module.ops if isinstance(op, wpk.BufferOp)}
 
 
-@dataclass
+_NO_WORDS = np.zeros(0, np.int64)
+
+
 class _Task:
-    op: wpk.TaskOp
-    index: int  # program order
-    phase: int
-    group: int = -1  # global group id
-    sessions: tuple[int, int] = (0, 0)
-    reads: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # tracked words
-    writes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    flops: int = 0
-    nbytes: int = 0
-    words: int = 0  # tracked words touched, counted when the words themselves are not listed
-    cost: float = 0.0
-    deps: set = field(default_factory=set)  # direct conflicting earlier tasks
-    waits: list = field(default_factory=list)  # counter units (see _Counter)
+    """One task (a row of a `wpk.tasks` op) while the pass runs: 10^5 to 10^6 of them, hence slots."""
+
+    __slots__ = ("op", "tile", "index", "phase", "group", "sessions", "reads", "writes", "flops", "nbytes",
+                 "words", "cost", "deps", "waits")
+
+    def __init__(self, op: wpk.TasksOp, tile: tuple[int, int, int, int], index: int, phase: int):
+        self.op = op  # the table holding the task
+        self.tile = tile  # session begin, end, element begin, end
+        self.index = index  # program order
+        self.phase = phase
+        self.group = -1  # global group id
+        self.sessions = (0, 0)
+        self.reads = self.writes = _NO_WORDS  # tracked words
+        self.flops = self.nbytes = 0
+        self.words = 0  # tracked words touched, counted when the words themselves are not listed
+        self.cost = 0.0
+        self.deps: set = set()  # direct conflicting earlier tasks
+        self.waits: list = []  # counter units (see _Counter)
 
 
 @dataclass
@@ -105,13 +112,12 @@ def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
     rel_cache: dict = {}  # (part, operand, element range) -> distinct relative elements, or their count
     layout = {name: (buf.stride, buf.arena.data, buf.offset.value.data if buf.offset is not None else 0)
               for name, buf in buffers.items()}
-    empty = np.zeros(0, np.int64)
     counted: dict = {}  # sizes only (nothing tracked): (part, sessions, element range) -> FLOPs, bytes, words
 
     def fill(t: _Task) -> None:
         part = parts.part(t.op)
         params = part.params
-        s0, s1, e0, e1 = parts.bounds(t.op)
+        s0, s1, e0, e1 = t.tile
         t.sessions = (s0, s1)
         if not bases:
             hit = counted.get((id(part), s1 - s0, e0, e1))
@@ -143,8 +149,8 @@ def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
             else:
                 w = rel + (start + s0 * (stride // ELEM_BYTES))
             (writes if operand == OUT else reads).append(w)
-        t.reads = (reads[0] if len(reads) == 1 else np.concatenate(reads)) if reads else empty
-        t.writes = (writes[0] if len(writes) == 1 else np.concatenate(writes)) if writes else empty
+        t.reads = (reads[0] if len(reads) == 1 else np.concatenate(reads)) if reads else _NO_WORDS
+        t.writes = (writes[0] if len(writes) == 1 else np.concatenate(writes)) if writes else _NO_WORDS
         t.flops = (s1 - s0) * (e1 - e0) * flops_per_element(params)
         t.nbytes = nbytes
         t.words = words
@@ -160,7 +166,6 @@ def _dependencies(tasks: list[_Task], phases: list[list[int]], n_words: int, fil
     last_writer = np.full(n_words, -1, np.int64)
     log_task = np.zeros(0, np.int64)  # reads since the last write of their word
     log_word = np.zeros(0, np.int64)
-    empty = np.zeros(0, np.int64)
     for members in current_progress().iterate(phases, unit="phases"):
         for i in members:
             fill(tasks[i])
@@ -194,7 +199,7 @@ def _dependencies(tasks: list[_Task], phases: list[list[int]], n_words: int, fil
         log_word = np.concatenate([log_word[keep], nw[fresh]])
         log_task = np.concatenate([log_task[keep], nt[fresh]])
         for i in members:
-            tasks[i].reads = tasks[i].writes = empty
+            tasks[i].reads = tasks[i].writes = _NO_WORDS
 
 
 def _bits(indices) -> int:
@@ -354,11 +359,11 @@ class WpkSchedule(ModulePass):
         tasks: list[_Task] = []
         phases: list[list[int]] = []
         for p, ph in enumerate(phase_ops):
-            members = []
-            for t in ph.tasks:
-                members.append(len(tasks))
-                tasks.append(_Task(t, len(tasks), p))
-            phases.append(members)
+            first = len(tasks)
+            for table in ph.tasks:
+                base = len(tasks)
+                tasks.extend([_Task(table, tuple(tile), base + k, p) for k, tile in enumerate(table.tiles.tolist())])
+            phases.append(list(range(first, len(tasks))))
         granularity, why = self._granularity(tasks, buffers)
         if granularity == "tile":
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
@@ -441,13 +446,20 @@ class WpkSchedule(ModulePass):
                 info.index = next_counter
                 next_counter += 1
         n_waits = phase_waits = 0
+        pairs, signal, signal_phase = [], [], []
+        wait_pair = [(info.index, len(info.tasks)) for info in counters]
         for t in tasks:
             pc = phase_counter[t.phase]
-            signal_phase = counters[pc].index if pc != t.group and pc in waited else 0
-            pairs = [(counters[c].index, len(counters[c].tasks)) for c in t.waits]
-            t.op.set_schedule(worker_of[t.index], position[t.index], pairs, counters[t.group].index, signal_phase)
-            n_waits += len(pairs)
+            signal_phase.append(counters[pc].index if pc != t.group and pc in waited else 0)
+            signal.append(counters[t.group].index)
+            pairs.append([wait_pair[c] for c in t.waits])
+            n_waits += len(t.waits)
             phase_waits += sum(1 for c in t.waits if counters[c].whole_phase)
+        start = 0
+        for table in (table for ph in phase_ops for table in ph.tasks):
+            rows = slice(start, start + table.count)
+            table.set_schedule(worker_of[rows], position[rows], pairs[rows], signal[rows], signal_phase[rows])
+            start = rows.stop
         if next_counter > MAX_COUNTERS:
             raise PassFailedException(
                 f"wpk-schedule: {next_counter} counters; signal_phase holds at most {MAX_COUNTERS}: use granularity=phase"

@@ -65,4 +65,4 @@ class WpkVerify(ModulePass):
         table, _ = params_table(tasks)  # as wpk-payload numbered the payloads' params words
         n = count_intervals(payload_records(tasks), param_blocks(table), FootprintCache(table, unpack_params))
         if n > self.max_incidences:
-            raise VerificationTooLarge(budget_message(len(tasks), n, self.max_incidences, "at least"))
+            raise VerificationTooLarge(budget_message(sum(t.count for t in tasks), n, self.max_incidences, "at least"))

@@ -83,9 +83,10 @@ def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[l
     tasks = tasks_of(module)
     if any(t.payload is None for t in tasks):
         raise WavecError("profile emission: some tasks have no payload; run wpk-payload first")
-    keyed = sorted(tasks, key=lambda t: (t.worker.value.data, t.order.value.data))
-    records = payload_records(keyed).copy()  # writable: the profile owns it
-    counts = np.bincount([t.worker.value.data for t in keyed], minlength=workers)[:workers]
+    column = lambda name: np.concatenate([t.column(name) for t in tasks]) if tasks else np.zeros(0, np.int64)  # noqa: E731
+    worker = column("worker")
+    records = payload_records(tasks)[np.lexsort((column("order"), worker))]  # a copy: the profile owns it
+    counts = np.bincount(worker, minlength=workers)[:workers]
     ends = np.cumsum(counts)
     rows = [[int(e - c), int(e)] for c, e in zip(counts, ends)]
     return records, rows
@@ -161,7 +162,7 @@ def profile_from_module(
             if b.offset is not None
         ],
         "phases": [
-            {"name": p.sym_name.data, "op": p.op.data, "tasks": len(p.tasks), **io}  # io: buffers read, written
+            {"name": p.sym_name.data, "op": p.op.data, "tasks": p.task_count, **io}  # io: buffers read, written
             for p, io in zip(phases_of(module), phase_tensors(phases_of(module)))
         ],
         "bindings": bindings or {},

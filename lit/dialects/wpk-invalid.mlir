@@ -17,16 +17,36 @@ builtin.module {
 
 builtin.module {
   wpk.phase "p" attributes {op = "wave.ewise"} {
-    wpk.task "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, sessions = array<i64: 2, 2>, elems = array<i64: 0, 8>, params = array<i64: 1>}
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 2, 2, 2>, elems = array<i64: 0, 8, 0, 8>}
   }
 }
-// CHECK: wpk.task: sessions must be a non-empty [begin, end) range, got [2, 2]
+// CHECK: wpk.tasks: sessions must be non-empty [begin, end) ranges; task 1 has [2, 2]
+
+// -----
+
+// A schedule column holds one entry per task.
+builtin.module {
+  wpk.phase "p" attributes {op = "wave.ewise"} {
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1, 1, 2>, elems = array<i64: 0, 8, 0, 8>, worker = array<i64: 0>}
+  }
+}
+// CHECK: wpk.tasks: worker has 1 entries for 2 tasks
+
+// -----
+
+// A payload has room for three waits.
+builtin.module {
+  wpk.phase "p" attributes {op = "wave.ewise"} {
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1>, elems = array<i64: 0, 8>, n_waits = array<i64: 4>, waits = array<i64: 1, 1, 2, 1, 3, 1, 4, 1>}
+  }
+}
+// CHECK: wpk.tasks: a task has 4 waits; a payload holds at most 3
 
 // -----
 
 builtin.module {
   wpk.phase "p" attributes {op = "wave.ewise"} {
-    wpk.task "matmul" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, sessions = array<i64: 0, 2>, elems = array<i64: 0, 8>, params = array<i64: 1>}
+    wpk.tasks "matmul" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 2>, elems = array<i64: 0, 8>}
   }
 }
-// CHECK: wpk.task: params block is not a matmul block
+// CHECK: wpk.tasks: params block is not a matmul block

@@ -21,12 +21,10 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.buffer "reset" {arena = "input", role = "reset"
 // CHECK:       wpk.buffer "w.w" {blob = "w", arena = "weights", role = "weight", bytes = 131072 : i64, session_stride = 0 : i64}
 // CHECK:       wpk.phase "reset_h" attributes {op = "wave.state"} {
-// CHECK-COUNT-2: wpk.task "ewise" {inputs = ["reset", "init.h", "s.h"]
+// Each wpk.tasks op is a table: one [begin, end) pair per task in `sessions` and in `elems`.
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["reset", "init.h", "s.h"], {{.*}}sessions = array<i64: 0, 1, 1, 2>, elems = array<i64: 0, 512, 0, 512>}
 // CHECK:       wpk.phase "matmul_3" attributes {op = "wave.matmul"} {
-// CHECK-NEXT:    wpk.task "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 0, 128>
-// CHECK-NEXT:    wpk.task "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 128, 256>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 256, 384>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 2>, elems = array<i64: 384, 512>
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 2, 0, 2, 0, 2, 0, 2>, elems = array<i64: 0, 128, 128, 256, 256, 384, 384, 512>}
 // CHECK:       wpk.phase "ewise_4"
 // CHECK:       wpk.phase "output_y" attributes {op = "wave.output"}
 // CHECK:       wpk.phase "state_write_h" attributes {op = "wave.state_write"}
@@ -47,10 +45,7 @@ builtin.module attributes {wave.cohort = 64 : i64} {
   }
 }
 // CHECK-LABEL: wpk.phase "matmul_2"
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 32>, elems = array<i64: 0, 32>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 32>, elems = array<i64: 32, 64>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 32, 64>, elems = array<i64: 0, 32>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 32, 64>, elems = array<i64: 32, 64>
+// CHECK-NEXT:    wpk.tasks "matmul" {{.*}}sessions = array<i64: 0, 32, 0, 32, 32, 64, 32, 64>, elems = array<i64: 0, 32, 32, 64, 0, 32, 32, 64>}
 // CHECK-NEXT:  }
 
 // -----

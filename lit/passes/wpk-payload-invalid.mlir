@@ -4,7 +4,7 @@
 builtin.module attributes {wave.cohort = 1 : i64, wpk.workers = 1 : i64} {
   wpk.buffer "a" {arena = "act", role = "act", bytes = 16 : i64, session_stride = 16 : i64}
   wpk.phase "p" attributes {op = "wave.ewise"} {
-    wpk.task "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "a", output_offset = 0 : i64, sessions = array<i64: 0, 1>, elems = array<i64: 0, 4>, params = array<i64: 1, 1, 4, 1, 1, 1, 1, 1099511627776, -1>, worker = 0 : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64}
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "a", output_offset = 0 : i64, params = array<i64: 1, 1, 4, 1, 1, 1, 1, 1099511627776, -1>, sessions = array<i64: 0, 1>, elems = array<i64: 0, 4>, worker = array<i64: 0>, order = array<i64: 0>, n_waits = array<i64: 0>, waits = array<i64>, signal = array<i64: 1>, signal_phase = array<i64: 0>}
   }
 }
 // CHECK: wpk-payload: buffer 'a' has no offset; run wpk-arena first

@@ -19,10 +19,9 @@ builtin.module attributes {wave.cohort = 4 : i64} {
 // max-tile-words tracked words in all (these touch 96); over it, a barrier per phase: one counter per phase.
 // AUTO:        wpk.granularity = "phase", wpk.granularity_why = "auto: 96 tracked words touched, over max-tile-words 1", wpk.counters = 3 : i64
 // CHECK:       wpk.phase "ewise_1"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = [[W0:[0-9]]] : i64, order = 0 : i64, waits = array<i64>, signal = 1 : i64, signal_phase = 0 : i64}
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64>, signal = 2 : i64, signal_phase = 0 : i64}
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 1, 2, 2, 3, 3, 4>{{.*}}worker = array<i64: [[WS:[0-9, ]+]]>, order = array<i64: 0, 0, 0, 0>, n_waits = array<i64: 0, 0, 0, 0>, waits = array<i64>, signal = array<i64: 1, 2, 3, 4>, signal_phase = array<i64: 0, 0, 0, 0>}
 // CHECK:       wpk.phase "output_y"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = [[W0]] : i64, order = 1 : i64, waits = array<i64>, signal = 5 : i64
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 1, 2, 2, 3, 3, 4>{{.*}}worker = array<i64: [[WS]]>, order = array<i64: 1, 1, 1, 1>, n_waits = array<i64: 0, 0, 0, 0>, waits = array<i64>, signal = array<i64: 5, 6, 7, 8>
 
 // -----
 
@@ -41,22 +40,11 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 }
 // CHECK:       wpk.phase_waits = 0 : i64
 // CHECK:       wpk.phase "ewise_1"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>, elems = array<i64: 0, 4>{{.*}}signal = [[S0:[0-9]+]] : i64, signal_phase = 0 : i64}
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>, elems = array<i64: 4, 8>{{.*}}signal = [[S0]] : i64, signal_phase = 0 : i64}
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>, elems = array<i64: 0, 4>{{.*}}signal = [[S1:[0-9]+]] : i64, signal_phase = 0 : i64}
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>, elems = array<i64: 4, 8>{{.*}}signal = [[S1]] : i64, signal_phase = 0 : i64}
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 0, 1, 1, 2, 1, 2>, elems = array<i64: 0, 4, 4, 8, 0, 4, 4, 8>{{.*}}signal = array<i64: [[S0:[0-9]+]], [[S0]], [[S1:[0-9]+]], [[S1]]>, signal_phase = array<i64: 0, 0, 0, 0>}
 // CHECK:       wpk.phase "matmul_3"
-// CHECK-NOT:     waits = array<i64: {{[0-9]+}}, 4>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[S0]], 2>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[S0]], 2>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[S1]], 2>
-// CHECK-NEXT:    wpk.task "matmul" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[S1]], 2>
+// CHECK-NEXT:    wpk.tasks "matmul" {{.*}}sessions = array<i64: 0, 1, 0, 1, 1, 2, 1, 2>{{.*}}n_waits = array<i64: 1, 1, 1, 1>, waits = array<i64: [[S0]], 2, [[S0]], 2, [[S1]], 2, [[S1]], 2>, signal = array<i64: [[M0:[0-9]+]], [[M0]], [[M1:[0-9]+]], [[M1]]>
 // CHECK:       wpk.phase "output_m"
-// CHECK-NOT:     waits = array<i64: {{[0-9]+}}, 4>
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[M0:[0-9]+]], 2>
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: [[M0]], 2>
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[M1:[0-9]+]], 2>
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: [[M1]], 2>
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 0, 1, 1, 2, 1, 2>{{.*}}waits = array<i64: [[M0]], 2, [[M0]], 2, [[M1]], 2, [[M1]], 2>
 
 // -----
 
@@ -84,5 +72,4 @@ builtin.module attributes {wave.cohort = 2 : i64} {
   }
 }
 // PHASE-LABEL: wpk.phase "output_z"
-// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}waits = array<i64: 1, 2>
-// PHASE-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 1, 2>{{.*}}waits = array<i64: 1, 2>
+// PHASE-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 1, 2>{{.*}}n_waits = array<i64: 1, 1>, waits = array<i64: 1, 2, 1, 2>

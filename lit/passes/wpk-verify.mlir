@@ -19,7 +19,7 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // Session 0's copy runs on the worker that computed session 0's relu, right after it: worker order alone
 // orders them, so it waits on nothing.
 // CHECK:       wpk.phase "output_y"
-// CHECK-NEXT:    wpk.task "ewise" {{.*}}sessions = array<i64: 0, 1>{{.*}}worker = 0 : i64, order = 1 : i64, waits = array<i64>
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 1, 2>{{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>, n_waits = array<i64: 0, 0>, waits = array<i64>
 
 // The same program with session 0's copy moved to worker 1 and its wait dropped: it reads what worker 0
 // writes with nothing ordering the two (Inputs/wpk-verify-race.mlir).

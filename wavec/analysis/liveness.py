@@ -59,30 +59,35 @@ def tile_segments(phases, words: dict[str, int], parts: TaskParts | None = None)
         # distinct (operand properties, element range) of the phase counts once.
         seen: set = set()
         touched: dict[str, list[np.ndarray]] = {}
-        for task in phase.tasks:
-            part = parts.part(task)
-            _, _, e0, e1 = parts.bounds(task)
-            if (id(part), e0, e1) in seen:
-                continue
-            seen.add((id(part), e0, e1))
-            for operand, name, elem_offset in part.slots:
-                if name not in words:
-                    continue
-                fkey = (id(part), operand, e0, e1)
-                w = rel_cache.get(fkey)
-                if w is None:
-                    rkey = (part.words, operand, e0, e1)  # the relative set: the same for every layer alike
-                    rel = rel_cache.get(rkey)
-                    if rel is None:
-                        rel = rel_cache[rkey] = np.unique(np.asarray(footprint(part.params, operand, e0, e1, part.n_inputs), np.int64))
-                    w = rel + elem_offset
-                    w = rel_cache[fkey] = w[(w >= 0) & (w < words[name])]
-                touched.setdefault(name, []).append(w)
+        for table in phase.tasks:
+            part = parts.part(table)
+            for e0, e1 in {(e0, e1) for e0, e1 in table.tiles[:, 2:].tolist()}:
+                if (id(part), e0, e1) not in seen:
+                    seen.add((id(part), e0, e1))
+                    _touch(touched, part, e0, e1, words, rel_cache)
         for name, ws in touched.items():  # phases come in order: the first toucher sets first, the last last
             w = np.concatenate(ws)
             first[name][w] = np.minimum(first[name][w], index)
             last[name][w] = index
     return {name: _runs(first[name], last[name]) for name in words}
+
+
+def _touch(touched: dict[str, list[np.ndarray]], part, e0: int, e1: int, words: dict[str, int], rel_cache: dict) -> None:
+    """Appends to ``touched`` the words of one session's slice that the tile [e0, e1) of ``part`` touches
+    in each buffer of ``words``."""
+    for operand, name, elem_offset in part.slots:
+        if name not in words:
+            continue
+        fkey = (id(part), operand, e0, e1)
+        w = rel_cache.get(fkey)
+        if w is None:
+            rkey = (part.words, operand, e0, e1)  # the relative set: the same for every layer alike
+            rel = rel_cache.get(rkey)
+            if rel is None:
+                rel = rel_cache[rkey] = np.unique(np.asarray(footprint(part.params, operand, e0, e1, part.n_inputs), np.int64))
+            w = rel + elem_offset
+            w = rel_cache[fkey] = w[(w >= 0) & (w < words[name])]
+        touched.setdefault(name, []).append(w)
 
 
 def padded_tails(segments: dict[str, list[Segment]], ends: dict[str, tuple[int, int]]) -> dict[str, list[Segment]]:
