@@ -52,8 +52,7 @@ class WpkVerify(ModulePass):
 
     def _check_budget(self, op: ModuleOp) -> None:
         """The verifier's first check, from the tasks' payloads and parameter blocks alone: a program over
-        the budget is refused before the profile's tables are built (duplex:11b at 56 sessions: 13 s
-        instead of 37)."""
+        the budget is refused before the profile's tables are built, as soon as the count passes it."""
         from wavec.analysis.footprints import FootprintCache
         from wavec.opcodes import unpack_params
         from wavec.passes.wpk_payload import params_table, payload_records, tasks_of
@@ -63,6 +62,7 @@ class WpkVerify(ModulePass):
         if not self.max_incidences or any(t.payload is None for t in tasks):
             return  # no budget, or no payloads yet: verify_profile reports the missing pass
         table, _ = params_table(tasks)  # as wpk-payload numbered the payloads' params words
-        n = count_intervals(payload_records(tasks), param_blocks(table), FootprintCache(table, unpack_params))
+        n = count_intervals(payload_records(tasks), param_blocks(table), FootprintCache(table, unpack_params),
+                            self.max_incidences)
         if n > self.max_incidences:
             raise VerificationTooLarge(budget_message(sum(t.count for t in tasks), n, self.max_incidences, "at least"))

@@ -172,3 +172,31 @@ def test_union_of_progressions_matches_enumeration():
         step, count = int(rng.integers(-9, 10)), int(rng.integers(1, 25))
         points = starts[:, None] + step * np.arange(count)[None, :]
         assert _progressions_union_size(starts, step, count) == len(np.unique(points)), (starts, step, count)
+
+
+def test_matmul_and_reduce_footprints_match_enumeration():
+    """footprint() builds a matmul's and a reduction's operand sets from sorted parts (rows, the k or reduced
+    view) without enumerating every (output, k) point; on fresh random shapes, strides (negative, zero,
+    positive) and tiles it equals the set the points enumerate."""
+    import itertools
+
+    from wavec.opcodes import MatmulParams, ReduceParams, footprint
+
+    rng = np.random.default_rng()
+    for _ in range(200):
+        shape = tuple(int(d) for d in rng.integers(1, 5, int(rng.integers(1, 3))))
+        k = int(rng.integers(1, 7))
+        strides = lambda n: tuple(int(s) for s in rng.integers(-4, 6, n))  # noqa: E731
+        mm = MatmulParams(shape, k, strides(len(shape)), strides(len(shape) + 1), strides(len(shape) + 1))
+        n = int(np.prod(shape))
+        e0 = int(rng.integers(0, n))
+        e1 = int(rng.integers(e0 + 1, n + 1))
+        points = list(itertools.islice(itertools.product(*map(range, shape)), e0, e1))
+        for operand, st in ((0, mm.a_strides), (1, mm.b_strides)):
+            want = {sum(i * s for i, s in zip(p, st)) + j * st[-1] for p in points for j in range(k)}
+            assert footprint(mm, operand, e0, e1, 2).tolist() == sorted(want)
+        rshape = tuple(int(d) for d in rng.integers(1, 4, int(rng.integers(1, 3))))
+        red = ReduceParams(0, shape, strides(len(shape)), strides(len(shape)), rshape, strides(len(rshape)))
+        want = {sum(i * s for i, s in zip(p, red.in_strides)) + sum(i * s for i, s in zip(r, red.rstrides))
+                for p in points for r in itertools.product(*map(range, rshape))}
+        assert footprint(red, 0, e0, e1, 1).tolist() == sorted(want)
