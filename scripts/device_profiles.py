@@ -7,7 +7,9 @@ Writes, under --out:
 - ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
-- ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves.
+- ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
+- ``vad-N-tT``: with ``--threads T ...``, Silero VAD for N sessions with T threads per persistent block
+  (the H200 target with ``threads_per_block: T``; the default profiles use the target's own).
 Also copies the Silero ONNX and TorchScript files there (the GPU machine reaches no registry; set WAVEC_CACHE to
 --out).
 """
@@ -38,28 +40,55 @@ def barrier_pipeline(sessions: int) -> str:
     return spec.replace("wpk-schedule{", "wpk-schedule{granularity=phase ", 1)
 
 
+def threads_target(out: Path, threads: int) -> Path:
+    """The H200 target file with ``threads_per_block: threads``, written under ``out/hw``."""
+    import yaml
+
+    from wavec.hw import load_hw
+
+    path = out / "hw" / f"h200-t{threads}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({**load_hw("h200"), "threads_per_block": threads}))
+    return path
+
+
+def default_jobs(sessions: list[int], zoo_sessions: int) -> list:
+    from wavec import zoo
+    from wavec.driver import compile_graph
+    from wavec.frontends.builder.lower import lower_model
+
+    jobs = []
+    for n in sessions:
+        jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
+        jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=barrier_pipeline(n))))
+    for name in [n for n in zoo.names() if n.endswith(":tiny")]:
+        jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
+                                                                                 sessions=zoo_sessions)))
+    jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / ".device")
     ap.add_argument("--sessions", type=int, nargs="*", default=[1, 64, 1024])
     ap.add_argument("--zoo-sessions", type=int, default=8)
+    ap.add_argument("--threads", type=int, nargs="*", default=[], help="block sizes to build vad-N-tT for")
+    ap.add_argument("--only-threads", action="store_true", help="build only the vad-N-tT profiles")
     args = ap.parse_args(argv)
-    from wavec import zoo
     from wavec.driver import compile_graph
-    from wavec.frontends.builder.lower import lower_model
     from wavec.models import silero_vad_jit_path, silero_vad_path
 
     args.out.mkdir(parents=True, exist_ok=True)
     for model in (silero_vad_path(), silero_vad_jit_path()):  # the ONNX model and the PyTorch peers' network
         shutil.copy(model, args.out / Path(model).name)
     jobs = []
-    for n in args.sessions:
-        jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
-        jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=barrier_pipeline(n))))
-    for name in [n for n in zoo.names() if n.endswith(":tiny")]:
-        jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
-                                                                                 sessions=args.zoo_sessions)))
-    jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
+    for threads in args.threads:
+        hw = threads_target(args.out, threads)
+        jobs += [(f"vad-{n}-t{threads}", lambda n=n, hw=hw: compile_graph(silero_graph(), sessions=n, hw=str(hw)))
+                 for n in args.sessions]
+    if not args.only_threads:
+        jobs += default_jobs(args.sessions, args.zoo_sessions)
     for label, make in jobs:
         t0 = time.perf_counter()
         profile = make()

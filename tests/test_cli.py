@@ -57,10 +57,10 @@ def _tiny(tmp_path: Path) -> Path:
 TINY_FLAGS = ["--frame", "x=8", "--state", "s=s2"]
 
 
-def _hw(tmp_path: Path, sm_count=2) -> Path:
+def _hw(tmp_path: Path, sm_count=2, extra: str = "") -> Path:
     path = tmp_path / "small.yaml"
     path.write_text(
-        f"name: small\nsm_count: {sm_count}\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s:\n  fp32: 1.0e+13\n"
+        f"name: small\nsm_count: {sm_count}\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s:\n  fp32: 1.0e+13\n{extra}"
     )
     return path
 
@@ -356,6 +356,8 @@ def test_a_complete_custom_pipeline_compiles(tmp_path, capsys):
     ("name: x\nsm_count: 0\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n", "sm_count is 0"),
     ("name: x\nsm_count: two\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n", "sm_count is 'two'"),
     ("name: x\nsm_count: 2\n", "missing hbm_bandwidth_bytes_per_s, peak_flops_per_s"),
+    ("name: x\nsm_count: 2\nthreads_per_block: 100\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n",
+     "threads_per_block is 100; it must be a multiple of 32 in [32, 1024]"),
 ])
 def test_bad_hw_yaml_is_one_line(tmp_path, capsys, text, message):
     hw = tmp_path / "gpu.yaml"
@@ -363,6 +365,16 @@ def test_bad_hw_yaml_is_one_line(tmp_path, capsys, text, message):
     argv = ["compile", str(_tiny(tmp_path)), "--sessions", "2", "--hw", str(hw), *TINY_FLAGS, "-o", str(tmp_path / "p")]
     assert wavec_main(argv) == 1
     assert message in _error(capsys)
+
+
+def test_hw_threads_per_block_sizes_the_kernel_block(tmp_path):
+    """A target's threads_per_block is the persistent block's size: recorded in profile.json and the
+    kernel's __launch_bounds__ (the runtime launches with what the built function reports)."""
+    out = tmp_path / "p"
+    hw = _hw(tmp_path, extra="threads_per_block: 512\n")
+    assert wavec_main(["compile", str(_tiny(tmp_path)), "--sessions", "2", "--hw", str(hw), *TINY_FLAGS, "-o", str(out)]) == 0
+    assert json.loads((out / "profile.json").read_text())["block_threads"] == 512
+    assert "constexpr unsigned kBlockThreads = 512;" in (out / "kernel.cu").read_text()
 
 
 # -- 9. run --inputs --------------------------------------------------------------------------------

@@ -250,7 +250,8 @@ def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path):
     report = ptxas_compile(tmp_path, generate_kernel(build_test_profile()[0].meta))
     assert "warning" not in report.lower(), report
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert len(spills) == 2 and set(spills) == {("0", "0")}, report  # the persistent and the fill kernel
+    # The persistent and the fill kernel, and conv_body (not inlined): none spills at 256 threads.
+    assert len(spills) == 3 and set(spills) == {("0", "0")}, report
     persistent = report[report.index(f"Compiling entry function '{codegen.KERNEL_NAME}'"):]
     regs = int(re.search(r"Used (\d+) registers", persistent).group(1))
     assert regs <= 255, report  # __launch_bounds__(256, 1): one block per SM
@@ -425,6 +426,9 @@ class FakeDriver:
     class CUstream_flags:  # noqa: N801
         CU_STREAM_NON_BLOCKING = 1
 
+    class CUfunction_attribute:  # noqa: N801
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = "max_threads"
+
     CU_MEMHOSTALLOC_PORTABLE = 1
     CU_MEMHOSTALLOC_DEVICEMAP = 2
 
@@ -468,8 +472,12 @@ class FakeDriver:
         assert name == codegen.KERNEL_NAME.encode()
         return self.ok, "function"
 
+    def cuFuncGetAttribute(self, attribute, f):
+        assert attribute == "max_threads" and f == "function"
+        return self.ok, codegen.block_threads(self.profile.meta)  # the kernel's __launch_bounds__
+
     def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f, threads, smem):
-        assert threads == codegen.BLOCK_THREADS
+        assert threads == codegen.block_threads(self.profile.meta)
         return self.ok, 1
 
     def cuMemAlloc(self, n):
@@ -516,7 +524,7 @@ class FakeDriver:
         import ctypes
         import threading
 
-        assert (gx, gy, gz, bx, by, bz, smem) == (self.profile.meta["workers"], 1, 1, codegen.BLOCK_THREADS, 1, 1, 0)
+        assert (gx, gy, gz, bx, by, bz, smem) == (self.profile.meta["workers"], 1, 1, codegen.block_threads(self.profile.meta), 1, 1, 0)
         ptrs = (ctypes.c_void_p * 14).from_address(params)
         self.args = [ctypes.c_uint64.from_address(p).value for p in ptrs]
         self.kernel = threading.Thread(target=self._kernel, daemon=True)
@@ -560,10 +568,15 @@ class FakeDriver:
         raise AttributeError(name)
 
 
-@pytest.mark.parametrize("sessions", [5, 33])
-def test_runtime_protocol_against_a_fake_driver(monkeypatch, tmp_path, sessions):
+@pytest.mark.parametrize("sessions, threads", [(5, None), (33, 512)])
+def test_runtime_protocol_against_a_fake_driver(monkeypatch, tmp_path, sessions, threads):
+    """The runtime's launch protocol against a driver whose kernel is the interpreter; ``threads``: the
+    profile's block size (a target's threads_per_block), which the launch must use (FakeDriver asserts)."""
     interp = pytest.importorskip("wavec.targets.interp")
     profile, weights = build_test_profile(sessions=sessions)
+    if threads:
+        profile.meta["block_threads"] = threads
+        assert f"kBlockThreads = {threads};" in codegen.generate_kernel(profile.meta)
     fake = FakeDriver(profile)
     monkeypatch.setattr(runtime, "_cu", fake)
     cubin = tmp_path / "k.cubin"

@@ -193,7 +193,7 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)
         check_complete(graph.module, spec)
-        return finish_profile(graph.module, graph.weights, graph.name, target["name"], graph.bindings)
+        return finish_profile(graph.module, graph.weights, graph.name, target, graph.bindings)
 
 
 @contextlib.contextmanager
@@ -210,14 +210,17 @@ def collector_paused():
             gc.enable()
 
 
-def finish_profile(module, weights, name: str, hw: str, bindings: dict) -> Profile:
+def finish_profile(module, weights, name: str, target: dict, bindings: dict) -> Profile:
+    """Emits the profile of a lowered module for ``target`` (wavec.hw.load_hw's dict): tables, the
+    kernel source (one block of the target's ``threads_per_block`` per worker) and the report."""
     from wavec.emit import profile_from_module
     from wavec.report import build_report
-    from wavec.targets.cuda.codegen import generate_kernel
+    from wavec.targets.cuda.codegen import BLOCK_THREADS, generate_kernel
 
     progress = current_progress()
     with progress.stage("emit"):
-        profile = profile_from_module(module, weights, model=name, hw=hw, bindings=bindings)
+        profile = profile_from_module(module, weights, model=name, hw=target["name"], bindings=bindings)
+        profile.meta["block_threads"] = int(target.get("threads_per_block", BLOCK_THREADS))
     with progress.stage("codegen"):
         profile.kernel_source = generate_kernel(profile.meta)
     with progress.stage("report"):

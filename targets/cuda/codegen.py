@@ -93,7 +93,7 @@ def ewise_generated_source(meta: dict) -> str:
     from wavec.targets.cuda.tvm_ewise import generated_bodies
 
     table = list(meta.get("ewise_bodies") or [])
-    bodies = generated_bodies(table, BLOCK_THREADS)
+    bodies = generated_bodies(table, block_threads(meta))
     lines = ["// ---- Generated EWISE bodies (wavec.targets.cuda.tvm_ewise: TVM TensorIR -> CUDA, sm_90) --------------"]
     if bodies is None:
         lines.append(f"// apache-tvm was not importable where this kernel was generated: the {len(table)} bodies of")
@@ -169,6 +169,13 @@ def with_cohort_gemm(source: str) -> str:
     return source.replace(COHORT_GEMM_SWITCH.format("false"), COHORT_GEMM_SWITCH.format("true"), 1)
 
 
+def block_threads(profile_meta: dict) -> int:
+    """Threads per persistent block: profile.json's ``block_threads`` (the target's ``threads_per_block``,
+    targets/hw/*.yaml), BLOCK_THREADS for profiles that predate it. The kernel's __launch_bounds__ carry it
+    and the runtime launches with what the built function reports."""
+    return int(profile_meta.get("block_threads", BLOCK_THREADS))
+
+
 def generate_kernel(profile_meta: dict) -> str:
     """The CUDA C source of the persistent kernel for ``profile_meta`` (profile.json's content)."""
     meta = profile_meta
@@ -183,7 +190,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "n_tasks": sum(int(e) - int(b) for b, e in meta.get("worker_tasks", [])),
         "n_counters": int(meta["n_counters"]),
         "extra_counters": EXTRA_COUNTERS,
-        "block_threads": BLOCK_THREADS,
+        "block_threads": block_threads(meta),
         "stack_depth": STACK_DEPTH,
         "max_inputs": MAX_INPUTS,
         "gemm_cols": GEMM_COLS,
@@ -594,9 +601,10 @@ __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, ch
 // trip count), so the shuffles see every lane.
 struct LaneGroups {
   unsigned lanes, lane, group, groups, outputs, per_session;
-  __device__ LaneGroups(const Payload& t) {
+  // `session_blocks`: each group's output stands for that many sessions' (CONV computes a block of them).
+  __device__ LaneGroups(const Payload& t, unsigned session_blocks = 0) {
     per_session = t.elem_end - t.elem_begin;
-    outputs = (t.session_end - t.session_begin) * per_session;
+    outputs = (session_blocks ? session_blocks : t.session_end - t.session_begin) * per_session;
     lanes = 1;
     while (lanes < 32 && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
     lane = threadIdx.x % lanes;
@@ -945,11 +953,12 @@ __device__ bool cohort_gemm_body(const Payload& t, const long long* __restrict__
 // CONV (ONNX, NC + spatial, contiguous): out[n, o, y] = epilogue(bias[o] + sum x[n, g*Cg + c, y*s + k*d - p] w[o, c, k]).
 // Words: CONV, nsp, batch, c_in, c_out, group, has_bias, in_sp[nsp], out_sp[nsp], kernel[nsp], stride[nsp],
 // pad_begin[nsp], dilation[nsp], epilogue. Inputs: x, w, bias (when has_bias), the epilogue's extras.
-// Out-of-range reads are 0.
-// The reduction runs over j = (c, k) flattened; a tap outside the input contributes nothing.
-__device__ __forceinline__ float conv_tap(const float* px, const float* pw, unsigned j, unsigned k_total,
-                                          int nsp, const long long* in_sp, const long long* kernel,
-                                          const long long* dilation, const long long* origin, long long in_total) {
+// Out-of-range reads are 0. The reduction runs over j = (c, k) flattened.
+// conv_tap_offset: the element offset of tap j for an output whose input origin is `origin`, or -1 when the
+// tap falls outside the input (it contributes nothing).
+__device__ __forceinline__ long long conv_tap_offset(unsigned j, unsigned k_total, int nsp, const long long* in_sp,
+                                                    const long long* kernel, const long long* dilation,
+                                                    const long long* origin, long long in_total) {
   const unsigned c = j / k_total, kk = j % k_total;
   long long in_off = 0, in_step = 1;
   unsigned rem = kk;
@@ -957,17 +966,25 @@ __device__ __forceinline__ float conv_tap(const float* px, const float* pw, unsi
     const unsigned kd = rem % (unsigned)kernel[d];
     rem /= (unsigned)kernel[d];
     const long long pos = origin[d] + kd * dilation[d];
-    if (pos < 0 || pos >= in_sp[d]) return 0.0f;
+    if (pos < 0 || pos >= in_sp[d]) return -1;
     in_off += pos * in_step;
     in_step *= in_sp[d];
   }
-  return px[c * in_total + in_off] * pw[j];
+  return c * in_total + in_off;
 }
 
 constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origin in registers
 
-__device__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
-                          unsigned* out_epoch, unsigned beat) {
+// Sessions a lane group computes together when the weights are shared by the cohort: each weight load
+// then serves kConvSessions outputs (one x load each) instead of one, and their FMAs are independent.
+// Measured on Silero (bench/RESULTS.md): 1,024 sessions 1,851 -> 927 us a beat, 16,384 sessions 26.9 ->
+// 11.1 ms; a group of a tile of fewer sessions repeats its last session's loads (1 session: 99.6 -> 108.6
+// us; a per-count variant and a predicated one measured slower).
+constexpr int kConvSessions = 4;
+
+// Not inlined: the kernel's register budget (128 at 512 threads) then holds per body, not summed.
+__device__ __noinline__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                                       unsigned* out_epoch, unsigned beat) {
   const int nsp = (int)p[1];
   const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
   const long long* in_sp = p + 7;
@@ -990,15 +1007,18 @@ __device__ void conv_body(const Payload& t, const long long* __restrict__ p, cha
   const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
   const Epilogue ep(t, arena_base, dilation + nsp, has_bias ? 3 : 2);
   bool ep_error = false;
-  const LaneGroups g(t);
+  const unsigned n_sess = t.session_end - t.session_begin;
+  const unsigned block = w.sstride == 0 ? kConvSessions : 1;  // per-session weights: one session a group
+  const LaneGroups g(t, (n_sess + block - 1) / block);
   for (unsigned base = 0; base < g.outputs; base += g.groups) {
     const unsigned o_idx = base + g.group;
     const bool active = o_idx < g.outputs;
-    float acc0 = 0.0f, acc1 = 0.0f;
-    unsigned s = 0;
+    float acc[kConvSessions] = {};
+    unsigned s0 = 0, ns = 0;
     long long e = 0, o = 0;
     if (active) {
-      s = t.session_begin + o_idx / g.per_session;
+      s0 = t.session_begin + (o_idx / g.per_session) * block;
+      ns = min(block, t.session_end - s0);
       e = t.elem_begin + o_idx % g.per_session;
       const long long n = e / (c_out * out_total);
       o = (e / out_total) % c_out;
@@ -1011,35 +1031,48 @@ __device__ void conv_body(const Payload& t, const long long* __restrict__ p, cha
           rem_y /= out_sp[d];
         }
       }
-      const float* px = x.at(s, (n * c_in + (o / og) * cg) * in_total);
-      const float* pw = w.at(s, o * cg * k_total);
-      unsigned j = g.lane;
+      const float* px = x.at(s0, (n * c_in + (o / og) * cg) * in_total);
+      // Session r's x is px + r * xs; rows past the tile's last session repeat it (in bounds, not written).
+      const long long xs = (long long)(x.sstride / sizeof(float));
+      const float* pw = w.at(s0, o * cg * k_total);
       if (nsp == 1) {
         // 1-D (every streaming audio conv): walk (channel, tap) incrementally, no division per tap;
         // consecutive lanes read consecutive weights.
         const unsigned K = (unsigned)k_total, L = (unsigned)in_sp[0];
         const long long dil = dilation[0];
-        unsigned c = j / K, k = j % K;
+        unsigned j = g.lane, c = j / K, k = j % K;
         for (; j < taps; j += g.lanes) {
           const long long pos = origin[0] + (long long)k * dil;
-          if (pos >= 0 && pos < (long long)L) acc0 = fmaf(px[(long long)c * L + pos], pw[j], acc0);
+          if (pos >= 0 && pos < (long long)L) {
+            const float wv = pw[j];
+            const long long at = (long long)c * L + pos;
+#pragma unroll
+            for (int r = 0; r < kConvSessions; ++r) acc[r] = fmaf(px[(r < (int)ns ? r : 0) * xs + at], wv, acc[r]);
+          }
           k += g.lanes;
           if (k >= K) {
             c += k / K;
             k %= K;
           }
         }
+      } else {
+        for (unsigned j = g.lane; j < taps; j += g.lanes) {
+          const long long at = conv_tap_offset(j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
+          if (at < 0) continue;
+          const float wv = pw[j];
+#pragma unroll
+          for (int r = 0; r < kConvSessions; ++r) acc[r] = fmaf(px[(r < (int)ns ? r : 0) * xs + at], wv, acc[r]);
+        }
       }
-      for (; j + g.lanes < taps; j += 2 * g.lanes) {
-        acc0 += conv_tap(px, pw, j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
-        acc1 += conv_tap(px, pw, j + g.lanes, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
-      }
-      if (j < taps) acc0 += conv_tap(px, pw, j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
     }
-    float acc = g.combine(acc0 + acc1);
-    if (active && g.lane == 0) {
-      if (has_bias) acc += *bias.at(s, o);
-      *out.at(s, e) = ep.apply(acc, s, e, ep_error);
+#pragma unroll
+    for (int r = 0; r < kConvSessions; ++r) {
+      float sum = g.combine(acc[r]);
+      if (active && g.lane == 0 && r < (int)ns) {
+        const unsigned s = s0 + r;
+        if (has_bias) sum += *bias.at(s, o);
+        *out.at(s, e) = ep.apply(sum, s, e, ep_error);
+      }
     }
   }
   if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);

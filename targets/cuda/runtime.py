@@ -194,8 +194,13 @@ class CudaSession:
         image = path.read_bytes()
         self._module = check(cu.cuModuleLoadData(image), f"cuModuleLoadData({path})")
         self._func = check(cu.cuModuleGetFunction(self._module, codegen.KERNEL_NAME.encode()), "cuModuleGetFunction")
+        # __launch_bounds__(kBlockThreads, 1) makes the function's limit the block size it was built for.
+        self._block_threads = check(
+            cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self._func),
+            "cuFuncGetAttribute",
+        )
         per_sm = check(
-            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, codegen.BLOCK_THREADS, 0),
+            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, self._block_threads, 0),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor",
         )
         if self.workers > per_sm * sms:
@@ -338,7 +343,7 @@ class CudaSession:
         self._arg_ptrs = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         check(
             cu.cuLaunchCooperativeKernel(
-                self._func, self.workers, 1, 1, codegen.BLOCK_THREADS, 1, 1, 0, self._kernel_stream,
+                self._func, self.workers, 1, 1, self._block_threads, 1, 1, 0, self._kernel_stream,
                 ctypes.addressof(self._arg_ptrs),
             ),
             "cuLaunchCooperativeKernel",
