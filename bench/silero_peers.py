@@ -19,8 +19,10 @@ The peers run Silero's own TorchScript network from the same wheel (silero_vad.j
 the session's state first, as the kernel's reset flag does. A peer's beat is wall time from handing over the
 frames (host to device copy) to having the outputs on the host, the deadline's view. Every variant runs
 ``--runs`` times ``--warmup`` + ``--beats`` beats; p50/p99/max are over all timed beats of all runs.
-``solo`` runs 2 untimed and ``--solo-beats`` timed beats per run (S eager calls per beat). Every run serves
-the same beats. Before timing, the outputs of
+``solo`` runs 2 untimed and ``--solo-beats`` timed beats per run (S eager calls per beat), for cohorts up
+to ``--solo-max-sessions`` (its beat is S calls of a one-session beat: 65,536 sessions would take minutes
+per beat). Every run serves the same beats; a large cohort's beats cycle through the first of them that fit
+FRAME_BYTES_BUDGET of host memory (65,536 sessions: 151 MB a beat). Before timing, the outputs of
 ``--check-beats`` beats are compared: wavec against the batched peer (max abs, fp32 both; tolerance 1e-4).
 
 Needs numpy, cuda-bindings, nvcc and torch (the GPU machine); not xDSL. Prints one table; --json writes the
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-4
 STATE_SHAPE = (2, 128)  # Silero's LSTM state per session: [2, S, 128]
 SOLO_WARMUP = 2  # untimed beats of the one-session-at-a-time peer (S eager calls each: 1,024 sessions take ~0.5 s)
+FRAME_BYTES_BUDGET = 8 << 30  # host bytes of distinct timed frames; beyond it the beats cycle through them
 
 
 def peer_network(device: str):
@@ -68,6 +71,25 @@ def torch_beats(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
             out, state = net(torch.from_numpy(frames[b]).cuda(), state)
             outs.append(out.cpu().numpy())
     return np.stack(outs)
+
+
+class Beats:
+    """``values[beats[b]]`` for beat b: the timed beats as indices into fewer distinct beats (a sequence:
+    ``len``, ``[b]`` and slices of beats)."""
+
+    def __init__(self, values: np.ndarray, beats: np.ndarray):
+        self.values, self.beats = values, beats
+        self.shape = (len(beats), *values.shape[1:])
+
+    def __len__(self) -> int:
+        return len(self.beats)
+
+    def __getitem__(self, b):
+        if isinstance(b, slice):
+            return Beats(self.values, self.beats[b])
+        if isinstance(b, tuple):
+            return self.values[(self.beats[b[0]], *b[1:])]
+        return self.values[self.beats[b]]
 
 
 def time_batched(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
@@ -165,21 +187,29 @@ def measure(directory: Path, net, args) -> dict:
     got = profile.run({"input": frames}, backend="cuda", reset=reset, cubin=cubin)["output"]
     row = {"profile": str(directory), "sessions": n, "tasks": int(len(profile.payloads)),
            "err_vs_torch": float(np.abs(got - torch_beats(net, frames, reset)).max())}
-    frames, reset = cohort_schedule(n, args.warmup + args.beats, seed=100)  # every run serves the same beats
+    total = args.warmup + args.beats
+    distinct = max(1, min(total, FRAME_BYTES_BUDGET // (n * 576 * 4)))
+    frames, reset = cohort_schedule(n, distinct, seed=100)  # every run serves the same beats
+    beats = np.arange(total) % distinct
+    frames, reset = Beats(frames, beats), Beats(reset, beats)
+    row["distinct_beats"] = distinct
     solo = slice(0, SOLO_WARMUP + args.solo_beats)
-    timed = {"wavec": [], "batched": [], "graph": [], "solo": []}
+    timed = {"wavec": [], "batched": [], "graph": []} | ({"solo": []} if n <= args.solo_max_sessions else {})
     for _ in range(args.runs):
         timed["wavec"].append(time_wavec(profile, cubin, frames, reset)[args.warmup :])
         timed["batched"].append(time_batched(net, frames, reset)[args.warmup :])
         timed["graph"].append(time_graph(net, frames, reset)[args.warmup :])
-        timed["solo"].append(time_solo(net, frames[solo], reset[solo])[SOLO_WARMUP:])
+        if "solo" in timed:
+            timed["solo"].append(time_solo(net, frames[solo], reset[solo])[SOLO_WARMUP:])
+    for name in ("solo",):
+        row.update({f"{name}_p50": None, f"{name}_p99": None, f"{name}_max": None, f"{name}_beats": 0})
     for name, runs in timed.items():
         t = np.concatenate(runs)
         row[f"{name}_p50"] = round(float(np.percentile(t, 50)), 1)
         row[f"{name}_p99"] = round(float(np.percentile(t, 99)), 1)
         row[f"{name}_max"] = round(float(t.max()), 1)
         row[f"{name}_beats"] = int(len(t))
-    best = min(("batched", "graph", "solo"), key=lambda k: row[f"{k}_p99"])
+    best = min((k for k in ("batched", "graph", "solo") if row[f"{k}_p99"] is not None), key=lambda k: row[f"{k}_p99"])
     row["best_peer"] = best
     row["p99_over_best_peer"] = round(row["wavec_p99"] / row[f"{best}_p99"], 3)
     row["ok"] = row["err_vs_torch"] <= TOLERANCE
@@ -198,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=100, help="untimed beats first (default 100)")
     ap.add_argument("--runs", type=int, default=3, help="runs per variant (default 3)")
     ap.add_argument("--solo-beats", type=int, default=10, help="timed beats per run of the one-session-at-a-time peer")
+    ap.add_argument("--solo-max-sessions", type=int, default=1024,
+                    help="largest cohort the one-session-at-a-time peer runs for (default 1024)")
     ap.add_argument("--check-beats", type=int, default=50, help="beats compared between wavec and PyTorch")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
@@ -223,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     print(" | ".join(COLUMNS))
     for row in rows:
-        print(" | ".join(f"{row[c]:.1e}" if c.startswith("err") else str(row[c]) for c in COLUMNS))
+        print(" | ".join(f"{row[c]:.1e}" if c.startswith("err") else "-" if row[c] is None else str(row[c]) for c in COLUMNS))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
