@@ -26,7 +26,6 @@ cohort costs one PCIe poller rather than one per SM.
 
 from __future__ import annotations
 
-import math
 import re
 from string import Template
 
