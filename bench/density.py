@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Density: the largest cohort each system serves with no late beat in --runs consecutive runs.
+
+    python3 bench/density.py PROFILE_DIR... [--beat-ms 32] [--beats 1000] [--runs 3] [--backend cuda]
+                             [--peers graph batched] [--png density.png] [--json FILE]
+
+PROFILE_DIR: one model compiled for several cohort sizes (`scripts/device_profiles.py` writes Silero's
+``.device/vad-N``). Every system serves the same recorded frames on a fixed beat clock (wavec.serve.Server):
+beat b starts at ``b * beat``, its frames go in then, its outputs are owed by the start of beat b+1. A
+beat whose outputs are back after that is late. A cohort is *held* by a system when none of its --runs
+runs has a late beat; the system's *density* is the largest cohort it holds among the sizes given (a lower
+bound: sizes between two profiles are not tried). Sizes are tried smallest first, and a system stops at the
+first size it does not hold (a larger cohort's beat is no shorter).
+
+Systems: ``wavec`` on --backend (the persistent kernel, or the CPU interpreter, which only exercises this
+harness); for Silero profiles (input ``input`` [576]) with torch and a GPU, the PyTorch peers of
+bench/silero_peers.py on the same clock: ``graph`` (the batched step captured once in a CUDA graph) and
+``batched`` (eager, the whole cohort in one call). Frames: Silero's `wavec.audio.cohort_schedule` (real
+speech, staggered joins that reset a slot), or seeded unit-normal frames for other models; a large cohort's
+beats cycle through the first ones that fit FRAME_BYTES_BUDGET of host memory.
+
+Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, held) and
+each system's density; --png draws speed (beat / p99 beat latency: above 1 the p99 beat is on time) against
+cohort size, one line per system, its density marked; --json writes the rows. Beat latency is the Server's
+``compute_us``: the time a beat had the backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAME_BYTES_BUDGET = 8 << 30  # host bytes of distinct frames; beyond it the beats cycle through them
+SILERO_INPUT = ("input", [576])
+
+
+class TorchPeerBackend:
+    """A PyTorch peer as a wavec.serve backend, synchronous like the interpreter: `publish` resets the
+    flagged slots' state, runs the batched step (replays its CUDA graph when ``graph``) and copies the
+    output back to the host."""
+
+    ahead = 0
+
+    def __init__(self, net, sessions: int, graph: bool):
+        import torch
+
+        self.name = "graph" if graph else "batched"
+        self.torch, self.net = torch, net
+        self.x = torch.zeros(sessions, SILERO_INPUT[1][0], device="cuda")
+        self.keep = torch.ones(sessions, device="cuda")
+        self.state = torch.zeros(2, sessions, 128, device="cuda")
+        self.out_host = torch.zeros(sessions, 1, pin_memory=True)
+        self.graph = self._capture() if graph else None
+        self.last_compute_us = 0.0
+
+    def _step(self):
+        self.state.mul_(self.keep[None, :, None])
+        out, new_state = self.net(self.x, self.state)
+        self.state.copy_(new_state)
+        return out
+
+    def _capture(self):
+        torch = self.torch
+        with torch.inference_mode():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # let TorchScript's profiling executor settle before capture
+                    self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            self.state.zero_()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.out = self._step()
+        return graph
+
+    def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray) -> None:
+        torch = self.torch
+        t = time.perf_counter_ns()
+        with torch.inference_mode():
+            self.x.copy_(torch.from_numpy(frames[SILERO_INPUT[0]]), non_blocking=True)
+            self.keep.copy_(torch.from_numpy((~reset).astype(np.float32)), non_blocking=True)
+            if self.graph is not None:
+                self.graph.replay()
+                out = self.out
+            else:
+                out = self._step()
+            self.out_host.copy_(out, non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+        self.last_compute_us = (time.perf_counter_ns() - t) / 1e3
+
+    def ready(self) -> bool:
+        return True
+
+    def collect(self) -> dict[str, np.ndarray]:
+        return {"output": self.out_host.numpy().copy()}
+
+    def close(self) -> None:
+        pass
+
+
+class CycledBeats:
+    """``values[beats[b]]`` for beat b: a run's beats as indices into fewer distinct ones (what
+    wavec.serve.Feed reads: ``shape`` and ``[b]``)."""
+
+    def __init__(self, values: np.ndarray, beats: np.ndarray):
+        self.values, self.beats = values, beats
+        self.shape = (len(beats), *values.shape[1:])
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        return self.values[self.beats[b]]
+
+
+def is_silero(profile) -> bool:
+    return [(i["name"], i["shape"]) for i in profile.meta["inputs"]] == [SILERO_INPUT]
+
+
+def workload(profile, beats: int):
+    """(frames per input, as wavec.serve.Feed takes them; reset [beats, sessions]) for ``beats`` beats."""
+    from wavec.audio import cohort_schedule
+
+    n = profile.sessions
+    frame_bytes = n * sum(4 * int(np.prod(i["shape"])) for i in profile.meta["inputs"])
+    distinct = max(1, min(beats, FRAME_BYTES_BUDGET // max(1, frame_bytes)))
+    cycle = np.arange(beats) % distinct
+    if is_silero(profile):
+        frames, reset = cohort_schedule(n, distinct, seed=100)
+        return {SILERO_INPUT[0]: CycledBeats(frames, cycle)}, reset[cycle]
+    rng = np.random.default_rng(7)
+    frames = {i["name"]: CycledBeats(rng.standard_normal((distinct, n, *i["shape"])).astype(np.float32), cycle)
+              for i in profile.meta["inputs"]}
+    reset = np.zeros((beats, n), bool)
+    reset[0] = True
+    return frames, reset
+
+
+def serve_runs(profile, make_backend, frames, reset, beat_ms: float, runs: int) -> list:
+    """--runs ServeResults of ``make_backend()`` serving the frames on a ``beat_ms`` clock."""
+    from wavec.serve import BeatClock, Feed, Server, SessionSchedule
+
+    results = []
+    for _ in range(runs):
+        backend = make_backend()
+        try:
+            results.append(Server(profile, BeatClock(beat_ms * 1e3), backend).run(
+                Feed(frames), SessionSchedule.from_reset(reset)))
+        finally:
+            backend.close()
+    return results
+
+
+def row_of(system: str, sessions: int, results: list) -> dict:
+    compute = np.concatenate([r.compute_us for r in results])
+    late = int(sum(r.summary()["late_beats"] for r in results))
+    return {"system": system, "sessions": sessions, "runs": len(results), "beats": int(len(compute)),
+            "late_beats": late, "held": late == 0, "p50_us": round(float(np.percentile(compute, 50)), 1),
+            "p99_us": round(float(np.percentile(compute, 99)), 1), "max_us": round(float(compute.max()), 1)}
+
+
+def densities(rows: list[dict]) -> dict[str, int]:
+    """Per system, the largest cohort held (0: none)."""
+    out: dict[str, int] = {}
+    for row in rows:
+        out.setdefault(row["system"], 0)
+        if row["held"]:
+            out[row["system"]] = max(out[row["system"]], row["sessions"])
+    return out
+
+
+def draw(rows: list[dict], beat_ms: float, path: Path) -> None:
+    """Speed (beat / p99 beat latency) against cohort size, one line per system, its density marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    held = densities(rows)
+    for system in held:
+        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["sessions"])
+        x = [r["sessions"] for r in mine]
+        y = [beat_ms * 1e3 / r["p99_us"] for r in mine]
+        line, = ax.plot(x, y, marker="o", label=f"{system}: density {held[system]:,}")
+        if held[system]:
+            ax.plot([held[system]], [beat_ms * 1e3 / next(r["p99_us"] for r in mine if r["sessions"] == held[system])],
+                    marker="*", markersize=16, color=line.get_color())
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("cohort size (sessions)")
+    ax.set_ylabel(f"speed: {beat_ms:g} ms beat / p99 beat latency")
+    ax.set_title("Density: the largest cohort with no late beat (star)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profiles", nargs="+", type=Path, help="one model compiled for several cohort sizes")
+    ap.add_argument("--beat-ms", type=float, default=32.0, help="beat period and deadline, ms (default 32)")
+    ap.add_argument("--beats", type=int, default=1000, help="beats per run (default 1000)")
+    ap.add_argument("--runs", type=int, default=3, help="consecutive runs a held cohort passes (default 3)")
+    ap.add_argument("--backend", choices=("cuda", "interp"), default="cuda")
+    ap.add_argument("--peers", nargs="*", choices=("graph", "batched"), default=["graph", "batched"],
+                    help="PyTorch peers for Silero profiles (default both; none: leave out)")
+    ap.add_argument("--png", type=Path, help="write the chart here")
+    ap.add_argument("--json", type=Path, help="write the rows here")
+    args = ap.parse_args(argv)
+    if args.beat_ms <= 0 or args.beats < 1 or args.runs < 1:
+        sys.exit("bench/density.py: --beat-ms must be > 0, --beats and --runs >= 1")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check import _import_wavec
+
+    _import_wavec()
+    import wavec
+    from wavec.serve import open_backend
+
+    missing = [str(p) for p in args.profiles if not (p / "profile.json").is_file()]
+    if missing:
+        sys.exit(f"bench/density.py: not a profile: {', '.join(missing)} (compile them with scripts/device_profiles.py)")
+    profiles = sorted((wavec.load(p) for p in args.profiles), key=lambda p: p.sessions)
+    systems = {"wavec": lambda profile: (lambda: open_backend(profile, args.backend))}
+    if args.peers and all(is_silero(p) for p in profiles):
+        sys.path.insert(0, str(ROOT / "bench"))
+        from silero_peers import peer_network
+
+        net = peer_network("cuda")
+        for peer in args.peers:
+            systems[peer] = lambda profile, graph=peer == "graph": (lambda: TorchPeerBackend(net, profile.sessions, graph))
+    rows, stopped = [], set()
+    for profile in profiles:
+        frames, reset = workload(profile, args.beats)
+        for system, backend_for in systems.items():
+            if system in stopped:
+                continue
+            rows.append(row_of(system, profile.sessions,
+                               serve_runs(profile, backend_for(profile), frames, reset, args.beat_ms, args.runs)))
+            print(json.dumps(rows[-1]), flush=True)
+            if not rows[-1]["held"]:
+                stopped.add(system)
+    print(f"beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats")
+    print("system | sessions | late beats | p50 us | p99 us | held")
+    for r in rows:
+        print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['held']}")
+    held = densities(rows)
+    print("density: " + ", ".join(f"{s} {n:,}" for s, n in held.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"beat_ms": args.beat_ms, "runs": args.runs, "beats": args.beats,
+                                         "rows": rows, "density": held}, indent=1))
+    if args.png:
+        draw(rows, args.beat_ms, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

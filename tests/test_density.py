@@ -1,0 +1,65 @@
+"""bench/density.py's harness on the CPU interpreter: the search, the held rule and the chart (the GPU
+numbers come from the device; this checks the logic that turns runs into a density)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _density_module():
+    spec = importlib.util.spec_from_file_location("density_bench", ROOT / "bench" / "density.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def gru_profiles(tmp_path_factory):
+    from wavec import zoo
+    from wavec.driver import compile_graph
+    from wavec.frontends.builder.lower import lower_model
+
+    root = tmp_path_factory.mktemp("density")
+    dirs = []
+    for n in (4, 1, 2):  # out of order: the harness sorts by cohort size
+        compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=n, workers=4).save(root / f"gru-{n}")
+        dirs.append(root / f"gru-{n}")
+    return dirs
+
+
+def test_a_generous_beat_holds_every_cohort(gru_profiles, tmp_path):
+    density = _density_module()
+    out, png = tmp_path / "d.json", tmp_path / "d.png"
+    args = [*map(str, gru_profiles), "--backend", "interp", "--beat-ms", "300", "--beats", "3", "--runs", "2",
+            "--json", str(out), "--png", str(png)]
+    assert density.main(args) == 0
+    result = json.loads(out.read_text())
+    assert [r["sessions"] for r in result["rows"]] == [1, 2, 4]
+    assert all(r["held"] and r["late_beats"] == 0 and r["beats"] == 6 for r in result["rows"])
+    assert result["density"] == {"wavec": 4}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_beat_shorter_than_any_run_holds_none_and_stops_at_the_first(gru_profiles, tmp_path):
+    density = _density_module()
+    out = tmp_path / "d.json"
+    args = [*map(str, gru_profiles), "--backend", "interp", "--beat-ms", "0.001", "--beats", "3", "--runs", "3",
+            "--json", str(out)]
+    assert density.main(args) == 0
+    result = json.loads(out.read_text())
+    assert [(r["sessions"], r["held"]) for r in result["rows"]] == [(1, False)]  # larger cohorts not tried
+    assert result["rows"][0]["late_beats"] > 0
+    assert result["density"] == {"wavec": 0}
+
+
+def test_densities_take_the_largest_held_cohort():
+    density = _density_module()
+    rows = [{"system": "a", "sessions": 1, "held": True}, {"system": "a", "sessions": 8, "held": True},
+            {"system": "a", "sessions": 64, "held": False}, {"system": "b", "sessions": 1, "held": False}]
+    assert density.densities(rows) == {"a": 8, "b": 0}
