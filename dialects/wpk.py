@@ -3,15 +3,20 @@
 - ``wpk.buffer "name" {arena, bytes, session_stride, role, ...}``: an arena slice. ``bytes`` is one
   session's size (the whole size for shared buffers, whose ``session_stride`` is 0); ``offset`` is set by
   `wpk-arena`. ``role`` says what the bytes are: input, output, state, weight, act, reset.
-- ``wpk.phase "name" {op} { wpk.tasks ... }``: the tasks of one wave op, in program order.
+- ``wpk.phase "name" attributes {op = "wave.OP"} { wpk.tasks ... }``: the tasks of one wave op, in
+  program order.
 - ``wpk.tasks "opcode" {...}``: a table of tasks, each one tile of one op part for a slice of the cohort.
   Shared by every row: ``inputs`` (buffer names), ``input_offsets`` (extra element offsets into them),
   ``output`` / ``output_offset`` and ``params`` (the parameter block, wavec/opcodes.py). One entry per
   row: ``sessions`` and ``elems`` (a [begin, end) pair each). `wpk-schedule` adds the columns
   ``worker``, ``order``, ``signal`` (the task's group counter), ``signal_phase`` (its phase-wide counter,
-  0 = none), ``n_waits`` and ``waits`` (the rows' (counter, count) pairs, concatenated); `wpk-payload`
-  adds ``payload``, each task's 128-byte record as 32 int32 words. One op per part, not per task: a
-  cohort of 10^5 tasks is a few thousand ops (xDSL creates and verifies an op in about 90 us).
+  0 = none), ``n_waits`` and ``waits`` (the rows' (counter, count) pairs, concatenated): all of them or
+  none. Every array is ``array<i64: ...>`` but ``payload``, which `wpk-payload` adds: each task's
+  128-byte record as 32 ``i32`` words. The verifier holds each schedule value to its payload field
+  (wavec.payload.FIELDS: worker and signal_phase in [0, 65535], signal and wait counters u32, at most
+  MAX_WAITS waits, each count >= 1) and names the op in its errors (opcode, output, phase). One op per
+  part, not per task: a cohort of 10^5 tasks is a few thousand ops (xDSL creates and verifies an op in
+  about 90 us).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import struct
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, BytesAttr, DenseArrayBase, IntegerAttr, StringAttr, i32, i64
+from xdsl.dialects.builtin import ArrayAttr, BytesAttr, DenseArrayBase, IntegerAttr, IntegerType, StringAttr, i32, i64
 from xdsl.ir import Dialect, Region
 from xdsl.irdl import (
     IRDLOperation,
@@ -159,6 +164,14 @@ def _block(ops):
     return Block(list(ops))
 
 
+_I64_PROPERTIES = ("input_offsets", "params", "sessions", "elems", "worker", "order", "signal", "signal_phase",
+                   "n_waits", "waits")
+_SCHEDULE_COLUMNS = ("worker", "order", "signal", "signal_phase", "n_waits", "waits")
+# Each per-task schedule column's range: its payload field's (wavec.payload.FIELDS; order is not encoded).
+_COLUMN_RANGES = {"worker": (0, 0xFFFF), "order": (0, 2**63 - 1), "signal": (0, 0xFFFFFFFF),
+                  "signal_phase": (0, 0xFFFF), "n_waits": (0, MAX_WAITS)}
+
+
 @irdl_op_definition
 class TasksOp(IRDLOperation):
     """The tasks of one tiled op part: one row per task, a tile of [session, element) ranges. Every row
@@ -208,7 +221,7 @@ class TasksOp(IRDLOperation):
     @property
     def count(self) -> int:
         """Tasks (rows) in the op."""
-        return len(self.sessions.data.data) // 16
+        return len(_array(self.sessions)) // 2
 
     @property
     def input_names(self) -> list[str]:
@@ -253,7 +266,9 @@ class TasksOp(IRDLOperation):
     def set_schedule(self, worker: Sequence[int], order: Sequence[int], waits: Sequence[Sequence[tuple[int, int]]],
                      signal: Sequence[int], signal_phase: Sequence[int]) -> None:
         """One entry per task: its worker, its place in that worker's list, its (counter, count) waits,
-        its group counter and its phase-wide counter (0: none)."""
+        its group counter and its phase-wide counter (0: none). Drops an encoded payload: it encoded the
+        schedule this replaces."""
+        self.properties.pop("payload", None)
         self.properties["worker"] = _column(worker)
         self.properties["order"] = _column(order)
         self.properties["n_waits"] = _column([len(w) for w in waits])
@@ -268,44 +283,73 @@ class TasksOp(IRDLOperation):
         """(count, 32) int32: each task's 128-byte record."""
         self.properties["payload"] = DenseArrayBase(i32, BytesAttr(np.ascontiguousarray(words, "<i4").tobytes()))
 
+    def where(self) -> str:
+        """The op as an error names it: opcode, output buffer and phase."""
+        phase = self.parent_op()
+        in_phase = f" in phase {phase.sym_name.data!r}" if isinstance(phase, PhaseOp) else ""
+        return f"wpk.tasks {self.opcode.data!r} writing {self.output.data!r}{in_phase}"
+
     def verify_(self) -> None:
-        _verified_once((self.opcode, self.inputs, self.input_offsets, self.params), self._verify_operands)
-        _verified_once((self.sessions, self.elems), self._verify_tiles)
-        n = self.count
-        for name in ("worker", "order", "signal", "signal_phase", "n_waits"):
+        try:  # the checks say what is wrong; the op they name once, here
+            self._verify_types()
+            _verified_once((self.opcode, self.inputs, self.input_offsets, self.params), self._verify_operands)
+            _verified_once((self.sessions, self.elems), self._verify_tiles)
+            self._verify_schedule()
+            if self.payload is not None and len(self.payload.data.data) != 128 * self.count:
+                raise VerifyException(f"payload must be 32 int32 words (128 bytes) per task, for {self.count} tasks")
+        except VerifyException as e:
+            raise VerifyException(f"{self.where()}: {e}") from None
+
+    def _verify_types(self) -> None:
+        for name, width in (*((n, 64) for n in _I64_PROPERTIES), ("payload", 32)):
             attr = self.properties.get(name)
-            if attr is not None and len(_array(attr)) != n:
-                raise VerifyException(f"wpk.tasks: {name} has {len(_array(attr))} entries for {n} tasks")
-        if self.n_waits is not None:
-            n_waits = self.column("n_waits")
-            if n and (n_waits.min() < 0 or n_waits.max() > MAX_WAITS):
-                raise VerifyException(f"wpk.tasks: a task has {int(n_waits.max())} waits; a payload holds at most {MAX_WAITS}")
-            if self.waits is None or len(_array(self.waits)) != 2 * int(n_waits.sum()):
-                raise VerifyException("wpk.tasks: waits must hold one (counter, count) pair per wait n_waits counts")
-        signal_phase = self.column("signal_phase") if self.signal_phase is not None else np.zeros(0, np.int64)
-        if ((signal_phase < 0) | (signal_phase > 0xFFFF)).any():
-            raise VerifyException("wpk.tasks: signal_phase must be a counter in [0, 65535] (0: none)")
-        if self.payload is not None and len(self.payload.data.data) != 128 * n:
-            raise VerifyException(f"wpk.tasks: payload must be 32 int32 words (128 bytes) per task, for {n} tasks")
+            if attr is not None and (not isinstance(attr.elt_type, IntegerType) or attr.elt_type.width.data != width):
+                raise VerifyException(f"{name} must be an array<i{width}: ...>, got array<{attr.elt_type}>")
+        if not all(isinstance(a, StringAttr) for a in self.inputs.data):
+            raise VerifyException("inputs must be buffer names (strings)")
+
+    def _verify_schedule(self) -> None:
+        """The schedule columns: all or none, one entry per task (waits: one pair per wait), each within
+        its payload field (wavec.payload.FIELDS)."""
+        present = [name for name in _SCHEDULE_COLUMNS if self.properties.get(name) is not None]
+        if not present:
+            return
+        if len(present) != len(_SCHEDULE_COLUMNS):
+            missing = [name for name in _SCHEDULE_COLUMNS if name not in present]
+            raise VerifyException(f"a schedule sets {', '.join(_SCHEDULE_COLUMNS)}; {', '.join(missing)} missing")
+        n = self.count
+        for name in _SCHEDULE_COLUMNS[:-1]:
+            values = self.column(name)
+            if len(values) != n:
+                raise VerifyException(f"{name} has {len(values)} entries for {n} tasks")
+            low, high = _COLUMN_RANGES[name]
+            bad = np.flatnonzero((values < low) | (values > high))
+            if len(bad):
+                raise VerifyException(f"{name} of task {bad[0]} is {values[bad[0]]}; it must be in [{low}, {high}]")
+        waits = _array(self.waits).reshape(-1, 2) if len(_array(self.waits)) % 2 == 0 else None
+        if waits is None or len(waits) != int(self.column("n_waits").sum()):
+            raise VerifyException("waits must hold one (counter, count) pair per wait n_waits counts")
+        if len(waits) and (((waits < 0) | (waits > 0xFFFFFFFF)).any() or (waits[:, 1] < 1).any()):
+            raise VerifyException("a wait's counter and count must be u32 values, its count >= 1")
 
     def _verify_operands(self) -> None:
         if self.opcode.data not in OPCODE_NAMES:
-            raise VerifyException(f"wpk.tasks: unknown opcode {self.opcode.data!r}; one of {OPCODE_NAMES}")
+            raise VerifyException(f"unknown opcode {self.opcode.data!r}; one of {OPCODE_NAMES}")
         if len(self.input_names) != len(self.operand_offsets) or len(self.input_names) > OUT:
-            raise VerifyException(f"wpk.tasks: {len(self.input_names)} inputs with {len(self.operand_offsets)} offsets (at most {OUT})")
+            raise VerifyException(f"{len(self.input_names)} inputs with {len(self.operand_offsets)} offsets (at most {OUT})")
         if self.param_words and self.param_words[0] != Opcode[self.opcode.data.upper()]:
-            raise VerifyException(f"wpk.tasks: params block is not a {self.opcode.data} block")
+            raise VerifyException(f"params block is not a {self.opcode.data} block")
 
     def _verify_tiles(self) -> None:
         for what in ("sessions", "elems"):
             rng = _array(self.properties[what])
             if len(rng) == 0 or len(rng) % 2 or len(rng) != len(_array(self.sessions)):
-                raise VerifyException(f"wpk.tasks: {what} must hold one [begin, end) pair per task, got {len(rng)} numbers")
+                raise VerifyException(f"{what} must hold one [begin, end) pair per task, got {len(rng)} numbers")
             pairs = rng.reshape(-1, 2)
             bad = np.flatnonzero((pairs[:, 0] < 0) | (pairs[:, 0] >= pairs[:, 1]))
             if len(bad):
                 raise VerifyException(
-                    f"wpk.tasks: {what} must be non-empty [begin, end) ranges; task {bad[0]} has {pairs[bad[0]].tolist()}")
+                    f"{what} must be non-empty [begin, end) ranges; task {bad[0]} has {pairs[bad[0]].tolist()}")
 
 
 # Attribute combinations a task verifier has accepted, by identity. The tiles of one op share their

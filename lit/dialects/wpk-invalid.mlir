@@ -20,27 +20,55 @@ builtin.module {
     wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 2, 2, 2>, elems = array<i64: 0, 8, 0, 8>}
   }
 }
-// CHECK: wpk.tasks: sessions must be non-empty [begin, end) ranges; task 1 has [2, 2]
+// CHECK: wpk.tasks 'ewise' writing 'b' in phase 'p': sessions must be non-empty [begin, end) ranges; task 1 has [2, 2]
 
 // -----
 
-// A schedule column holds one entry per task.
+// A schedule sets every column, one entry per task, each within its payload field.
 builtin.module {
   wpk.phase "p" attributes {op = "wave.ewise"} {
     wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1, 1, 2>, elems = array<i64: 0, 8, 0, 8>, worker = array<i64: 0>}
   }
 }
-// CHECK: wpk.tasks: worker has 1 entries for 2 tasks
+// CHECK: wpk.tasks 'ewise' writing 'b' in phase 'p': a schedule sets worker, order, signal, signal_phase, n_waits, waits; order, signal, signal_phase, n_waits, waits missing
+
+// -----
+
+builtin.module {
+  wpk.phase "p" attributes {op = "wave.ewise"} {
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1, 1, 2>, elems = array<i64: 0, 8, 0, 8>, worker = array<i64: 0>, order = array<i64: 0, 0>, signal = array<i64: 1, 1>, signal_phase = array<i64: 0, 0>, n_waits = array<i64: 0, 0>, waits = array<i64>}
+  }
+}
+// CHECK: wpk.tasks 'ewise' writing 'b' in phase 'p': worker has 1 entries for 2 tasks
+
+// -----
+
+builtin.module {
+  wpk.phase "p" attributes {op = "wave.ewise"} {
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1>, elems = array<i64: 0, 8>, worker = array<i64: 70000>, order = array<i64: 0>, signal = array<i64: 1>, signal_phase = array<i64: 0>, n_waits = array<i64: 0>, waits = array<i64>}
+  }
+}
+// CHECK: wpk.tasks 'ewise' writing 'b' in phase 'p': worker of task 0 is 70000; it must be in [0, 65535]
+
+// -----
+
+// Columns are i64 arrays.
+builtin.module {
+  wpk.phase "p" attributes {op = "wave.ewise"} {
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i32: 0, 1>, elems = array<i64: 0, 8>}
+  }
+}
+// CHECK: wpk.tasks 'ewise' writing 'b' in phase 'p': sessions must be an array<i64: ...>, got array<i32>
 
 // -----
 
 // A payload has room for three waits.
 builtin.module {
   wpk.phase "p" attributes {op = "wave.ewise"} {
-    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1>, elems = array<i64: 0, 8>, n_waits = array<i64: 4>, waits = array<i64: 1, 1, 2, 1, 3, 1, 4, 1>}
+    wpk.tasks "ewise" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 1>, elems = array<i64: 0, 8>, worker = array<i64: 0>, order = array<i64: 0>, signal = array<i64: 1>, signal_phase = array<i64: 0>, n_waits = array<i64: 4>, waits = array<i64: 1, 1, 2, 1, 3, 1, 4, 1>}
   }
 }
-// CHECK: wpk.tasks: a task has 4 waits; a payload holds at most 3
+// CHECK: wpk.tasks 'ewise' writing 'b' in phase 'p': n_waits of task 0 is 4; it must be in [0, 3]
 
 // -----
 
@@ -49,4 +77,4 @@ builtin.module {
     wpk.tasks "matmul" {inputs = ["a"], input_offsets = array<i64: 0>, output = "b", output_offset = 0 : i64, params = array<i64: 1>, sessions = array<i64: 0, 2>, elems = array<i64: 0, 8>}
   }
 }
-// CHECK: wpk.tasks: params block is not a matmul block
+// CHECK: wpk.tasks 'matmul' writing 'b' in phase 'p': params block is not a matmul block
