@@ -528,6 +528,10 @@ class WaveToWpk(ModulePass):
         n = wave.cohort_size(op)
         if n is None:
             raise PassFailedException("wave-to-wpk: the module has no wave.cohort attribute; run wave-cohort first")
+        for option, value, least in (("workers", self.workers, 1), ("min-tile-elems", self.min_tile_elems, 1),
+                                     ("min-tile-flops", self.min_tile_flops, 0)):
+            if value < least:
+                raise PassFailedException(f"wave-to-wpk: {option} must be >= {least}, got {value}")
         block = wave.graph_block(op)
         lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops)
         pairs = _paired_outputs(block)

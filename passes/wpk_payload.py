@@ -115,7 +115,9 @@ def operand_fields(task: wpk.TasksOp, buffers: dict[str, wpk.BufferOp]) -> tuple
     slots[OUT] = (task.output.data, task.output_offset.value.data)
     offsets, strides, arenas = [0] * (OUT + 1), [0] * (OUT + 1), [0] * (OUT + 1)
     for k, (name, elem_offset) in slots.items():
-        buf = buffers[name]
+        buf = buffers.get(name)
+        if buf is None:
+            raise PassFailedException(f"wpk-payload: {task.where()} uses buffer {name!r}, which no wpk.buffer declares")
         if buf.offset is None:
             raise PassFailedException(f"wpk-payload: buffer {name!r} has no offset; run wpk-arena first")
         offsets[k] = buf.offset.value.data + 4 * elem_offset
@@ -130,18 +132,28 @@ def encode_tasks(task: wpk.TasksOp, buffers: dict[str, wpk.BufferOp], where: dic
     if not task.scheduled:
         raise PassFailedException("wpk-payload: task has no worker; run wpk-schedule first")
     rec = np.zeros(task.count, PAYLOAD_DTYPE)
-    fields = operand_fields(task, buffers)
-    for name, value in zip(("opcode", "n_inputs", "offset", "session_stride", "arenas"), fields):
-        rec[name] = value
-    rec["params"] = where[task.param_words]
+
+    def put(field: str, values) -> None:  # a value its field cannot hold is an error, never a wrapped number
+        values = np.asarray(values, np.int64)
+        info = np.iinfo(PAYLOAD_DTYPE[field].base)
+        if values.size and (values.min() < info.min or values.max() > info.max):
+            bad = values.min() if values.min() < info.min else values.max()
+            raise PassFailedException(f"wpk-payload: {task.where()}: {field} {bad} does not fit the payload's "
+                                      f"{PAYLOAD_DTYPE[field].base} field")
+        rec[field] = values
+
+    for name, value in zip(("opcode", "n_inputs", "offset", "session_stride", "arenas"), operand_fields(task, buffers)):
+        put(name, value)
+    put("params", where[task.param_words])
     for name in ("worker", "signal", "signal_phase", "n_waits"):
-        rec[name] = task.column(name)
+        put(name, task.column(name))
     tiles = task.tiles
     for j, name in enumerate(("session_begin", "session_end", "elem_begin", "elem_end")):
-        rec[name] = tiles[:, j]
+        put(name, tiles[:, j])
     waits = task.wait_table()
-    rec["wait_counter"], rec["wait_count"] = waits[:, :, 0], waits[:, :, 1]
-    rec["task"] = np.arange(first_id, first_id + task.count)
+    put("wait_counter", waits[:, :, 0])
+    put("wait_count", waits[:, :, 1])
+    put("task", np.arange(first_id, first_id + task.count))
     return rec
 
 

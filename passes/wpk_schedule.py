@@ -338,8 +338,13 @@ class WpkSchedule(ModulePass):
         return chosen
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.workers < 1:
-            raise PassFailedException(f"wpk-schedule: workers must be >= 1, got {self.workers}")
+        if not 1 <= self.workers <= 0x10000:
+            raise PassFailedException(f"wpk-schedule: workers must be in [1, 65536] (a payload's worker is a u16), got {self.workers}")
+        for option, value, zero in (("task-overhead-us", self.task_overhead_us, "none"),
+                                    ("peak-flops", self.peak_flops, "the target's"),
+                                    ("hbm-bandwidth", self.hbm_bandwidth, "the target's")):
+            if value < 0:
+                raise PassFailedException(f"wpk-schedule: {option} must be >= 0 (0: {zero}), got {value}")
         phase_ops = phases_of(op)
         if not phase_ops:
             raise PassFailedException("wpk-schedule: the module has no wpk.phase; run wave-to-wpk first")

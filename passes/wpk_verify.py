@@ -40,6 +40,10 @@ class WpkVerify(ModulePass):
 
         if self.max_incidences < 0:
             raise PassFailedException(f"wpk-verify: max-incidences must be >= 0 (0: no limit), got {self.max_incidences}")
+        missing = [a for a in ("wpk.workers", "wpk.counters", "wpk.arena_bytes", "wpk.act_lower_bound") if a not in op.attributes]
+        if missing:
+            raise PassFailedException(f"wpk-verify: the module has no {', '.join(missing)}; run wpk-arena, wpk-schedule "
+                                      "and wpk-payload first (it proves the encoded program)")
         try:
             self._check_budget(op)
             summary = verify_profile(profile_from_module(op), self.max_incidences).summary()

@@ -1,6 +1,7 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-arena,wpk-schedule{workers=4},wpk-payload,wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s --check-prefix=RESCHEDULE
 
 // Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
 // session's copy reads only that session's relu tile and runs right after it on the same worker: the
@@ -18,6 +19,8 @@ builtin.module attributes {wave.cohort = 4 : i64} {
 // granularity=auto (the default) derives tile-level dependencies while the tasks touch at most
 // max-tile-words tracked words in all (these touch 96); over it, a barrier per phase: one counter per phase.
 // AUTO:        wpk.granularity = "phase", wpk.granularity_why = "auto: 96 tracked words touched, over max-tile-words 1", wpk.counters = 3 : i64
+// Scheduling again drops the payloads, which encoded the schedule it replaces.
+// RESCHEDULE-NOT: payload
 // CHECK:       wpk.phase "ewise_1"
 // CHECK-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 1, 2, 2, 3, 3, 4>{{.*}}worker = array<i64: [[WS:[0-9, ]+]]>, order = array<i64: 0, 0, 0, 0>, n_waits = array<i64: 0, 0, 0, 0>, waits = array<i64>, signal = array<i64: 1, 2, 3, 4>, signal_phase = array<i64: 0, 0, 0, 0>}
 // CHECK:       wpk.phase "output_y"

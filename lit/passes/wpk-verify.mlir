@@ -1,6 +1,7 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify' | filecheck %s
 // RUN: wavec-opt %S/Inputs/wpk-verify-race.mlir -p wpk-verify --verify-diagnostics | filecheck %s --check-prefix=RACE
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify{max-incidences=1}' 2>&1 | filecheck %s --check-prefix=BUDGET
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2},wpk-verify' --verify-diagnostics | filecheck %s --check-prefix=UNSCHEDULED
 
 // The pipeline's own schedule verifies: the pass leaves the program unchanged.
 builtin.module attributes {wave.cohort = 2 : i64} {
@@ -17,6 +18,8 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // (counting stops once it passes the budget: the 6 segments of these tasks count as "at least 2").
 // BUDGET:      wpk-verify: warning: not verified: 4 tasks touch at least 2 word segments
 // BUDGET:      wpk.verified = "not verified: 4 tasks
+// It proves the encoded program: before the schedule and the payloads there is nothing to prove.
+// UNSCHEDULED: wpk-verify: the module has no wpk.counters, wpk.arena_bytes, wpk.act_lower_bound; run wpk-arena, wpk-schedule and wpk-payload first
 // Session 0's copy runs on the worker that computed session 0's relu, right after it: worker order alone
 // orders them, so it waits on nothing.
 // CHECK:       wpk.phase "output_y"
