@@ -332,7 +332,8 @@ def test_unsupported_op_lists_folded_ops_apart(tmp_path):
     ("wave-cohort{sessions=4},wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload",
      "wave-cohort{sessions=4} disagrees with --sessions 2"),
     ("wave-cohort{sessions=2", "Malformed pass arguments"),
-    ("wave-cohort{sessions=x}", "Incompatible types"),
+    ("wave-cohort{sessions=x}", "wave-cohort: option sessions takes one int (e.g. 4), got 'x'"),
+    ("wave-cohort{sessions=2},wave-to-wpk{wokers=2}", "wave-to-wpk: no option 'wokers'; its options: workers, min-tile-elems, min-tile-flops"),
     ("no-such-pass", "Unrecognized passes"),
     ("wave-to-wpk{workers=2},wave-cohort{sessions=2}", "run wave-cohort first"),
 ])
@@ -543,7 +544,9 @@ def tiny_mlir(tmp_path, capsys) -> Path:
 
 @pytest.mark.parametrize("argv, message", [
     (["{mlir}", "-p", "no-such-pass"], "Unrecognized passes: ['no-such-pass']"),
-    (["{mlir}", "-p", "wave-cohort{sessions=x}"], "Incompatible types"),
+    (["{mlir}", "-p", "wave-cohort{sessions=x}"], "wave-cohort: option sessions takes one int (e.g. 4), got 'x'"),
+    (["{mlir}", "-p", "wave-cohort{sessions=2},wave-to-wpk,wpk-arena,wpk-schedule{task-overhead-us=1}"],
+     "wpk-schedule: option task-overhead-us takes one float (e.g. 0.5), got 1 (write 1.0)"),
     (["{mlir}", "-p", "wave-cohort{sessions=2"], "Malformed pass arguments"),
     (["{mlir}", "-p", "wave-to-wpk{workers=2}"], "wave-to-wpk: the module has no wave.cohort attribute"),
     (["{bad}"], "Operation wave.bogus is not registered"),

@@ -20,7 +20,7 @@ from wavec.errors import WavecError
 from wavec.hw import load_hw
 from wavec.profile import Profile
 from wavec.progress import current as current_progress
-from wavec.registry import get_all_passes, make_context
+from wavec.registry import check_pass_options, get_all_passes, make_context
 
 
 def default_pipeline(sessions: int, workers: int) -> str:
@@ -47,6 +47,7 @@ def parse_pipeline(spec: str) -> PassPipeline:
     if not spec.strip():
         raise WavecError(f"--pipeline {spec!r}: empty pipeline; give passes as in wavec-opt -p, or leave --pipeline out")
     try:
+        check_pass_options(spec)
         return PassPipeline.parse_spec(get_all_passes(), spec)
     except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
         if isinstance(e, (KeyboardInterrupt, SystemExit)):

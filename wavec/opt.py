@@ -16,7 +16,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from wavec.errors import WavecError
-from wavec.registry import get_all_dialects, get_all_passes
+from wavec.registry import check_pass_options, get_all_dialects, get_all_passes
 
 
 class WavecOptMain(xDSLOptMain):
@@ -60,6 +60,7 @@ class WavecOptMain(xDSLOptMain):
         variables = _pipeline_variables(self.args.pipeline_var, self.args.passes,
                                         is_pipeline_file(self.args.passes))
         self.args.passes = pipeline_spec(self.args.passes, variables)
+        check_pass_options(self.args.passes)
         super().setup_pipeline()
         dumps = {"*"} if self.args.print_ir_after_all else set(self.args.print_ir_after)
         unknown = dumps - {"*"} - {p.name for p in self.pipeline.passes}

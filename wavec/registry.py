@@ -46,3 +46,41 @@ def make_context():
     for factory in get_all_dialects().values():
         ctx.load_dialect(factory())
     return ctx
+
+
+_EXAMPLES = {"int": "4", "float": "0.5", "str": "tile", "bool": "true"}
+
+
+def check_pass_options(spec: str) -> None:
+    """Checks each pass's options in a pipeline spec against the pass's fields before xDSL builds it, so
+    a mistake reads as the pass, the option (as `--list-passes` spells it) and what it takes, not as
+    xDSL's "Incompatible types: given (-5,)". Raises ValueError; leaves syntax errors and unknown passes
+    to xDSL's parser (which reports them with a caret)."""
+    import dataclasses
+
+    from xdsl.passes import parse_pipeline
+
+    try:
+        specs = list(parse_pipeline(spec))
+    except BaseException as e:  # noqa: BLE001  (xDSL's ArgSpecParseError: the parser reports it again)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return
+    for pass_spec in specs:
+        if pass_spec.name not in PASSES:
+            continue
+        fields = {f.name: f for f in dataclasses.fields(get_all_passes()[pass_spec.name]()) if f.init}
+        for option, values in pass_spec.parameters.items():
+            field = fields.get(option.replace("-", "_"))
+            if field is None:
+                known = ", ".join(name.replace("_", "-") for name in fields) or "none"
+                raise ValueError(f"{pass_spec.name}: no option {option!r}; its options: {known}")
+            kind = field.type if isinstance(field.type, str) else field.type.__name__
+            value = values[0] if len(values) == 1 else values
+            ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+                  "float": lambda v: isinstance(v, float), "str": lambda v: isinstance(v, str),
+                  "bool": lambda v: isinstance(v, bool)}.get(kind, lambda v: True)
+            if len(values) != 1 or not ok(value):
+                hint = f" (write {float(value)!r})" if kind == "float" and isinstance(value, int) else ""
+                raise ValueError(f"{pass_spec.name}: option {option.replace('_', '-')} takes one {kind} "
+                                 f"(e.g. {_EXAMPLES.get(kind, '...')}), got {value!r}{hint}")

@@ -1,6 +1,6 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min_tile_flops=1 min_tile_elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-arena,wpk-schedule{workers=4},wpk-payload,wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s --check-prefix=RESCHEDULE
 
 // Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
