@@ -34,4 +34,4 @@ func.func @cube_and_fraction() {
 // MAX2-LABEL:  func.func @cube_and_fraction
 // MAX2:          wave.ewise "pow(%0, 3.0)"(%x)
 
-// BADOPT: wavec-opt: error: Incompatible types: given ('x',), expected <class 'int'>
+// BADOPT: wavec-opt: error: wave-expand-pow: option max-exponent takes one int (e.g. 4), got 'x'
