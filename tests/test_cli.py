@@ -524,6 +524,19 @@ def test_report_ignores_a_stale_report_json(tiny_profile, capsys):
     assert shown["tasks"] == real["tasks"] and shown["flops_per_beat"] == real["flops_per_beat"]
 
 
+def test_report_top_lists_the_phases_moving_the_most_bytes(tiny_profile, capsys):
+    assert wavec_main(["report", str(tiny_profile), "--json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    heaviest = max(phases, key=lambda p: p["bytes"])
+    assert wavec_main(["report", str(tiny_profile), "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    assert f"the 1 of {len(phases)} phases moving the most bytes:" in text
+    listed = [p["name"] for p in phases if any(line.startswith(p["name"] + " ") for line in text.splitlines())]
+    assert listed == [heaviest["name"]]
+    assert wavec_main(["report", str(tiny_profile), "--top", "0"]) == 1
+    assert "--top 0: list at least 1 phase" in _error(capsys)
+
+
 # -- 12. wavec-opt ----------------------------------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@
                   [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx|NAME:PRESET [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz
-    wavec report DIR [--json] [--gantt FILE.png] [--compare-relax]
+    wavec report DIR [--json] [--top N] [--gantt FILE.png] [--compare-relax]
     wavec verify DIR
     wavec payload-layout [--json]
     wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
@@ -273,6 +273,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
+    if args.top is not None and args.top < 1:
+        raise WavecError(f"--top {args.top}: list at least 1 phase")
     from wavec.profile import load
     from wavec.report import build_report, format_report
 
@@ -280,7 +282,7 @@ def cmd_report(args) -> int:
     if args.gantt:  # a bad --gantt fails before the report is printed
         check_gantt_target(Path(args.gantt))
     report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
-    print(json.dumps(report, indent=1) if args.json else format_report(report))
+    print(json.dumps(report, indent=1) if args.json else format_report(report, args.top))
     if args.gantt:
         write_gantt(profile, Path(args.gantt))
     return 0
@@ -440,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile")
     p.add_argument("--json", action="store_true")
     p.add_argument("--gantt", metavar="FILE.png", help="also draw the modeled schedule: workers x time (matplotlib)")
+    p.add_argument("--top", type=int, metavar="N", help="list only the N phases moving the most bytes")
     p.add_argument("--compare-relax", action="store_true",
                    help="also plan the activations with TVM Relax's StaticPlanBlockMemory (needs apache-tvm)")
     p.set_defaults(func=cmd_report)

@@ -169,7 +169,8 @@ def _ewise_line(ew: dict | None) -> str:
             f"{ew['tasks']} EWISE tasks (the others: the bytecode interpreter)")
 
 
-def format_report(report: dict) -> str:
+def format_report(report: dict, top: int | None = None) -> str:
+    """The report as text; ``top``: list only that many phases, those moving the most bytes (all: None)."""
     lines = [
         f"model {report['model']}: {report['sessions']} sessions, {report['workers']} workers, "
         f"{report['tasks']} tasks in {len(report['phases'])} phases ({report['waits']} waits, "
@@ -197,8 +198,12 @@ def format_report(report: dict) -> str:
             lines.append(f"dependencies at {sc['granularity']} granularity{why('granularity_why')}, activations "
                          f"recycled at {sc.get('arena_granularity', 'tile')} granularity{why('arena_granularity_why')}")
         lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
-    name_width = max([28, *(len(p["name"]) + 2 for p in report["phases"])])
+    phases = report["phases"]
+    if top is not None and top < len(phases):
+        phases = sorted(phases, key=lambda p: (-p["bytes"], -p["flops"]))[:top]
+        lines.append(f"the {top} of {len(report['phases'])} phases moving the most bytes:")
+    name_width = max([28, *(len(p["name"]) + 2 for p in phases)])
     lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
-    for p in report["phases"]:
+    for p in phases:
         lines.append(f"{p['name']:<{name_width}}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}")
     return "\n".join(lines)
