@@ -43,7 +43,7 @@ from wavec.analysis.liveness import (
 from wavec.dialects import wave, wpk
 from wavec.dialects.wpk import ARENA_NAMES
 from wavec.opcodes import ELEM_BYTES
-from wavec.passes.wave_to_wpk import align
+from wavec.passes.wave_to_wpk import ALIGN, align
 from wavec.passes.wpk_schedule import phases_of
 
 
@@ -67,12 +67,25 @@ def first_fit(segments: dict[str, list[Segment]], order: list[str]) -> dict[str,
         qi, ri = np.nonzero(meet)
         lo = placed[qi, 0] - segs[ri, 1]
         hi = placed[qi, 1] - segs[ri, 0]
-        for c in sorted({0, *(align(int(h)) for h in hi if h > 0)}):
-            if not np.any((lo < c) & (c < hi)):
-                break
-        offsets[name] = c
+        offsets[name] = c = _lowest_free(lo, hi)
         placed = np.vstack([placed, segs + np.array([c, c, 0, 0])])
     return offsets
+
+
+def _lowest_free(lo: np.ndarray, hi: np.ndarray) -> int:
+    """The lowest candidate offset (0, or an aligned end of a clash interval) inside no open interval
+    (lo, hi): each interval blocks a run of the sorted candidates, marked with a difference array, so
+    32,000 buffers of duplex:1b place in O(n log n) each instead of one scan per candidate. The largest
+    candidate is past every interval, so one is always free."""
+    ends = hi[hi > 0]
+    candidates = np.unique(np.concatenate([[0], (ends + ALIGN - 1) // ALIGN * ALIGN]))
+    first = np.searchsorted(candidates, lo, "right")  # the first candidate above lo
+    stop = np.searchsorted(candidates, hi, "left")  # the first candidate at or above hi
+    blocks = first < stop
+    cover = np.zeros(len(candidates) + 1, np.int64)
+    np.add.at(cover, first[blocks], 1)
+    np.add.at(cover, stop[blocks], -1)
+    return int(candidates[np.flatnonzero(np.cumsum(cover)[:-1] == 0)[0]])
 
 
 def place(candidates: list[dict[str, list[Segment]]], sizes: dict[str, int]) -> dict[str, int]:

@@ -28,3 +28,19 @@ def test_max_live_scales_per_session_buffers_and_pads_tails():
     assert max_live(segments, {"b": 4}) == 68
     assert padded_tails(segments, {"a": (12, 16), "b": (16, 16)})["a"] == [(0, 8, 0, 1), (8, 16, 0, 3)]
     assert op_segments({"a": 16}, {"a": (0, 3)}) == {"a": [(0, 16, 0, 3)]}
+
+
+def test_first_fit_takes_the_lowest_offset_no_clash_interval_contains():
+    """wpk-arena's first fit places a buffer at the lowest candidate (0 or an aligned clash end) inside no
+    open clash interval (lo, hi); the marked search equals scanning the candidates one by one, on fresh
+    random intervals."""
+    from wavec.passes.wave_to_wpk import align
+    from wavec.passes.wpk_arena import _lowest_free
+
+    rng = np.random.default_rng()
+    for _ in range(1000):
+        n = int(rng.integers(0, 30))
+        lo = rng.integers(-500, 500, n)
+        hi = lo + rng.integers(1, 300, n)
+        scan = next(c for c in sorted({0, *(align(int(h)) for h in hi if h > 0)}) if not np.any((lo < c) & (c < hi)))
+        assert _lowest_free(lo, hi) == scan
