@@ -194,11 +194,12 @@ def test_run_output_errors_are_one_line(tiny_profile, tmp_path, capsys, monkeypa
 
 def test_run_failure_leaves_the_old_output_untouched(tiny_profile, tmp_path, capsys):
     out = tmp_path / "out.npz"
-    out.write_bytes(b"previous")
+    np.savez(out, y=np.zeros(3))
+    previous = out.read_bytes()
     bad = _inputs(tmp_path, x=np.ones((3, 2, 7), np.float32))
     assert wavec_main(["run", str(tiny_profile), "--inputs", str(bad), "-o", str(out)]) == 1
     assert "shape" in _error(capsys)
-    assert out.read_bytes() == b"previous"
+    assert out.read_bytes() == previous
 
 
 # -- 3. model files -------------------------------------------------------------------------------
@@ -431,6 +432,15 @@ def test_bad_inputs_are_one_line(tiny_profile, tmp_path, capsys, kind, message):
     msg = _error(capsys)
     assert message in msg and str(inputs) in msg
     assert not out.exists()
+
+
+def test_run_does_not_write_over_a_file_that_is_not_an_npz(tiny_profile, tmp_path, capsys):
+    inputs = _inputs(tmp_path, x=np.full((2, 2, 8), 1.5, np.float32))
+    mine = tmp_path / "model.mlir"
+    mine.write_text("builtin.module {}\n")
+    assert wavec_main(["run", str(tiny_profile), "--inputs", str(inputs), "-o", str(mine)]) == 1
+    assert "exists and is not an .npz archive; remove it or choose another name" in _error(capsys)
+    assert mine.read_text() == "builtin.module {}\n"
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+import zipfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -259,6 +260,8 @@ def cmd_run(args) -> int:
 
     profile = load(args.profile)
     target = _check_output_file(args.output)
+    if target.exists() and not zipfile.is_zipfile(target):  # an npz is a zip: never written over another kind
+        raise WavecError(f"-o {args.output}: exists and is not an .npz archive; remove it or choose another name")
     arrays = _read_inputs(args.inputs)
     reset = arrays.pop("reset", None)
     try:
