@@ -204,3 +204,24 @@ def test_cuda_runtime_generates_on_device_and_matches_interp(profiles, monkeypat
         np.testing.assert_array_equal(got[name], want[name])
     assert sorted(fake.fills) == sorted((codegen.FILL_KINDS[g["kind"]], g["elems"])
                                         for g in generated.meta["generated_weights"])
+
+
+def test_cuda_runtime_uploads_each_stored_range_from_its_place_in_weights_bin(monkeypatch, tmp_path):
+    """W and V generated, U and b stored: weights.bin holds two ranges that generated weights separate, and
+    the runtime must upload each from its own position (wavec.weights.stored_spans)."""
+    from wavec.weights import stored_spans
+
+    graph = import_onnx(_rnn_model(), states=[("h", "hN")])
+    for name in ("W", "V"):
+        graph.weights[name] = RandomWeight(graph.weights[name].shape, seed_for(9, name), 0.3, "bf16")
+    mixed = compile_graph(graph, sessions=SESSIONS, workers=3)
+    spans = stored_spans(mixed.arena_bytes("weights"), mixed.generated_weights)
+    assert len(spans) >= 2 and spans[-1][2] > 0  # a later range starts past weights.bin's first byte
+    monkeypatch.setattr(runtime, "_cu", FillingDriver(mixed))
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    frames, reset = _stream(mixed)
+    got = runtime.run_beats(mixed, frames, reset, cubin=cubin)
+    want = mixed.run(frames, backend="interp", reset=reset)
+    for name in ("y", "hN"):
+        np.testing.assert_array_equal(got[name], want[name])

@@ -29,7 +29,7 @@ import numpy as np
 from wavec.errors import RuntimeBackendError
 from wavec.opcodes import Arena
 from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
-from wavec.weights import read_arena, stored_ranges
+from wavec.weights import read_arena, stored_spans
 
 from . import codegen
 from .build import build_cubin
@@ -283,10 +283,8 @@ class CudaSession:
         cu = driver()
         base = self._dev["weights"]
         generated = self.profile.generated_weights
-        at = 0
-        for begin, end in stored_ranges(self.profile.arena_bytes("weights"), generated):
+        for begin, end, at in stored_spans(self.profile.arena_bytes("weights"), generated):
             check(cu.cuMemcpyHtoD(base + begin, stored.ctypes.data + at, end - begin), "upload weights")
-            at += end - begin
         if not generated:
             return
         fill = check(cu.cuModuleGetFunction(self._module, codegen.FILL_KERNEL_NAME.encode()), "cuModuleGetFunction(fill)")
