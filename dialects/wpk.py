@@ -40,7 +40,7 @@ from xdsl.irdl import (
 from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from wavec.opcodes import OUT, Arena, Opcode
+from wavec.opcodes import OUT, Arena, Opcode, unpack_params
 from wavec.payload import MAX_WAITS
 
 ARENA_NAMES = tuple(a.name.lower() for a in Arena)
@@ -68,7 +68,8 @@ def _i64s(values: Sequence[int]) -> DenseArrayBase:
 
 
 def _array(attr: DenseArrayBase) -> np.ndarray:
-    """A dense array's values as a read-only int64 numpy column (a view when they are int64)."""
+    """A dense array's values as an int64 numpy column: a read-only view of the attribute's bytes when they
+    are int64, a copy otherwise."""
     return np.frombuffer(attr.data.data, "<i8" if attr.elt_type.width.data == 64 else "<i4").astype(np.int64, copy=False)
 
 
@@ -168,7 +169,8 @@ _I64_PROPERTIES = ("input_offsets", "params", "sessions", "elems", "worker", "or
                    "n_waits", "waits")
 _SCHEDULE_COLUMNS = ("worker", "order", "signal", "signal_phase", "n_waits", "waits")
 # Each per-task schedule column's range: its payload field's (wavec.payload.FIELDS; order is not encoded).
-_COLUMN_RANGES = {"worker": (0, 0xFFFF), "order": (0, 2**63 - 1), "signal": (0, 0xFFFFFFFF),
+# signal starts at 1: counter 0 ends the beat (wavec.payload.BEAT_DONE_COUNTER), which only workers signal.
+_COLUMN_RANGES = {"worker": (0, 0xFFFF), "order": (0, 2**63 - 1), "signal": (1, 0xFFFFFFFF),
                   "signal_phase": (0, 0xFFFF), "n_waits": (0, MAX_WAITS)}
 
 
@@ -247,12 +249,6 @@ class TasksOp(IRDLOperation):
     def column(self, name: str) -> np.ndarray:
         """A schedule column (worker, order, signal, signal_phase, n_waits) as int64, one entry per task."""
         return _array(self.properties[name])
-
-    def wait_lists(self) -> list[list[tuple[int, int]]]:
-        """Each task's (counter, count) waits."""
-        flat = _array(self.waits).reshape(-1, 2).tolist()
-        ends = np.cumsum(self.column("n_waits")).tolist()
-        return [[tuple(p) for p in flat[b:e]] for b, e in zip([0, *ends[:-1]], ends)]
 
     def wait_table(self) -> np.ndarray:
         """(count, MAX_WAITS, 2) int64: each task's (counter, count) pairs, unused slots zero."""
@@ -337,8 +333,16 @@ class TasksOp(IRDLOperation):
             raise VerifyException(f"unknown opcode {self.opcode.data!r}; one of {OPCODE_NAMES}")
         if len(self.input_names) != len(self.operand_offsets) or len(self.input_names) > OUT:
             raise VerifyException(f"{len(self.input_names)} inputs with {len(self.operand_offsets)} offsets (at most {OUT})")
-        if self.param_words and self.param_words[0] != Opcode[self.opcode.data.upper()]:
+        if not self.param_words or self.param_words[0] != Opcode[self.opcode.data.upper()]:
             raise VerifyException(f"params block is not a {self.opcode.data} block")
+        try:
+            params = unpack_params(np.asarray(self.param_words, np.int64), 0)
+            decodes = np.array_equal(params.pack(), self.param_words)
+        except (ValueError, IndexError, OverflowError):
+            decodes = False
+        if not decodes:
+            raise VerifyException(f"params block ({len(self.param_words)} words) does not decode as the "
+                                  f"{self.opcode.data} opcode's block (wavec.opcodes)")
 
     def _verify_tiles(self) -> None:
         for what in ("sessions", "elems"):
