@@ -245,16 +245,27 @@ def ptxas_compile(tmp_path, src: str) -> str:
     return proc.stderr
 
 
+# Spill bytes (stores or loads, per function) each shipped target's block size may cost: none at 256
+# threads (255 registers); at the H200's 512 (128 registers) ptxas spills up to 20 bytes, and that kernel
+# measured 1.5x faster than 256 threads (bench/RESULTS.md). More would mean a body grew.
+MAX_SPILL_BYTES = {256: 0, 512: 64}
+
+
 @needs_nvcc
-def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path):
-    report = ptxas_compile(tmp_path, generate_kernel(build_test_profile()[0].meta))
+@pytest.mark.parametrize("target", ["h100", "h200"])
+def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path, target):
+    from wavec.hw import load_hw
+
+    threads = int(load_hw(target)["threads_per_block"])
+    meta = {**build_test_profile()[0].meta, "block_threads": threads}
+    report = ptxas_compile(tmp_path, generate_kernel(meta))
     assert "warning" not in report.lower(), report
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    # The persistent and the fill kernel, and conv_body (not inlined): none spills at 256 threads.
-    assert len(spills) == 3 and set(spills) == {("0", "0")}, report
+    # The persistent and the fill kernel, and conv_body (not inlined).
+    assert len(spills) == 3 and max(int(b) for pair in spills for b in pair) <= MAX_SPILL_BYTES[threads], report
     persistent = report[report.index(f"Compiling entry function '{codegen.KERNEL_NAME}'"):]
     regs = int(re.search(r"Used (\d+) registers", persistent).group(1))
-    assert regs <= 255, report  # __launch_bounds__(256, 1): one block per SM
+    assert regs <= 65536 // threads, report  # __launch_bounds__(threads, 1): one block per SM
 
 
 # ---------------------------------------------------------------------------------------------

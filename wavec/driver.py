@@ -216,12 +216,12 @@ def finish_profile(module, weights, name: str, target: dict, bindings: dict) -> 
     kernel source (one block of the target's ``threads_per_block`` per worker) and the report."""
     from wavec.emit import profile_from_module
     from wavec.report import build_report
-    from wavec.targets.cuda.codegen import BLOCK_THREADS, generate_kernel
+    from wavec.targets.cuda.codegen import generate_kernel
 
     progress = current_progress()
     with progress.stage("emit"):
         profile = profile_from_module(module, weights, model=name, hw=target["name"], bindings=bindings)
-        profile.meta["block_threads"] = int(target.get("threads_per_block", BLOCK_THREADS))
+        profile.meta["block_threads"] = int(target["threads_per_block"])
     with progress.stage("codegen"):
         profile.kernel_source = generate_kernel(profile.meta)
     with progress.stage("report"):

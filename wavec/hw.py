@@ -54,7 +54,9 @@ def load_hw(name_or_path: str) -> dict:
         raise WavecError(f"{where}: sm_count is {sm!r}; it must be a whole number >= 1")
     if not isinstance(hw["name"], str) or not hw["name"]:
         raise WavecError(f"{where}: name is {hw['name']!r}; it must be a non-empty string")
-    threads = hw.get("threads_per_block", 256)
+    from wavec.targets.cuda.codegen import BLOCK_THREADS  # the persistent block's size when the file names none
+
+    threads = hw.setdefault("threads_per_block", BLOCK_THREADS)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 32 <= threads <= 1024 or threads % 32:
         raise WavecError(f"{where}: threads_per_block is {threads!r}; it must be a multiple of 32 in [32, 1024]")
     bw = hw["hbm_bandwidth_bytes_per_s"]

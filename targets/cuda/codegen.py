@@ -39,7 +39,7 @@ PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 FILL_KERNEL_NAME = "wavec_fill_weights"
 FILL_KINDS = {"uniform": 0, "constant": 1}  # wavec.weights spec kinds -> the fill kernel's `kind`
-BLOCK_THREADS = 256
+BLOCK_THREADS = 256  # a target without threads_per_block, profiles that predate it; the fill kernel's block
 STACK_DEPTH = 16  # elementwise bytecode stack (wavec.opcodes.compile_expr promises at most 16)
 EXTRA_COUNTERS = 2  # epoch mirror, stop mirror
 HOST_FLAG_WORDS = 4
@@ -600,7 +600,8 @@ __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, ch
 // trip count), so the shuffles see every lane.
 struct LaneGroups {
   unsigned lanes, lane, group, groups, outputs, per_session;
-  // `session_blocks`: each group's output stands for that many sessions' (CONV computes a block of them).
+  // `session_blocks`: how many blocks of sessions the tile's outputs are counted over, instead of its
+  // sessions (CONV: ceil(sessions / kConvSessions), a group computing one element of a whole block).
   __device__ LaneGroups(const Payload& t, unsigned session_blocks = 0) {
     per_session = t.elem_end - t.elem_begin;
     outputs = (session_blocks ? session_blocks : t.session_end - t.session_begin) * per_session;
@@ -977,7 +978,7 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 // Sessions a lane group computes together when the weights are shared by the cohort: each weight load
 // then serves kConvSessions outputs (one x load each) instead of one, and their FMAs are independent.
 // Measured on Silero (bench/RESULTS.md): 1,024 sessions 1,851 -> 927 us a beat, 16,384 sessions 26.9 ->
-// 11.1 ms; a group of a tile of fewer sessions repeats its last session's loads (1 session: 99.6 -> 108.6
+// 11.1 ms; a group of a tile of fewer sessions repeats its first session's loads (1 session: 99.6 -> 108.6
 // us; a per-count variant and a predicated one measured slower).
 constexpr int kConvSessions = 4;
 
@@ -1031,7 +1032,8 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
         }
       }
       const float* px = x.at(s0, (n * c_in + (o / og) * cg) * in_total);
-      // Session r's x is px + r * xs; rows past the tile's last session repeat it (in bounds, not written).
+      // Session r's x is px + r * xs; rows past the tile's last session read session s0's (in bounds, not
+      // written).
       const long long xs = (long long)(x.sstride / sizeof(float));
       const float* pw = w.at(s0, o * cg * k_total);
       if (nsp == 1) {
