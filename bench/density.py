@@ -30,91 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-FRAME_BYTES_BUDGET = 8 << 30  # host bytes of distinct frames; beyond it the beats cycle through them
 SILERO_INPUT = ("input", [576])
-
-
-class TorchPeerBackend:
-    """A PyTorch peer as a wavec.serve backend, synchronous like the interpreter: `publish` resets the
-    flagged slots' state, runs the batched step (replays its CUDA graph when ``graph``) and copies the
-    output back to the host."""
-
-    ahead = 0
-
-    def __init__(self, net, sessions: int, graph: bool):
-        import torch
-
-        self.name = "graph" if graph else "batched"
-        self.torch, self.net = torch, net
-        self.x = torch.zeros(sessions, SILERO_INPUT[1][0], device="cuda")
-        self.keep = torch.ones(sessions, device="cuda")
-        self.state = torch.zeros(2, sessions, 128, device="cuda")
-        self.out_host = torch.zeros(sessions, 1, pin_memory=True)
-        self.graph = self._capture() if graph else None
-        self.last_compute_us = 0.0
-
-    def _step(self):
-        self.state.mul_(self.keep[None, :, None])
-        out, new_state = self.net(self.x, self.state)
-        self.state.copy_(new_state)
-        return out
-
-    def _capture(self):
-        torch = self.torch
-        with torch.inference_mode():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):  # let TorchScript's profiling executor settle before capture
-                    self._step()
-            torch.cuda.current_stream().wait_stream(side)
-            self.state.zero_()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.out = self._step()
-        return graph
-
-    def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray) -> None:
-        torch = self.torch
-        t = time.perf_counter_ns()
-        with torch.inference_mode():
-            self.x.copy_(torch.from_numpy(frames[SILERO_INPUT[0]]), non_blocking=True)
-            self.keep.copy_(torch.from_numpy((~reset).astype(np.float32)), non_blocking=True)
-            if self.graph is not None:
-                self.graph.replay()
-                out = self.out
-            else:
-                out = self._step()
-            self.out_host.copy_(out, non_blocking=True)
-            torch.cuda.current_stream().synchronize()
-        self.last_compute_us = (time.perf_counter_ns() - t) / 1e3
-
-    def ready(self) -> bool:
-        return True
-
-    def collect(self) -> dict[str, np.ndarray]:
-        return {"output": self.out_host.numpy().copy()}
-
-    def close(self) -> None:
-        pass
-
-
-class CycledBeats:
-    """``values[beats[b]]`` for beat b: a run's beats as indices into fewer distinct ones (what
-    wavec.serve.Feed reads: ``shape`` and ``[b]``)."""
-
-    def __init__(self, values: np.ndarray, beats: np.ndarray):
-        self.values, self.beats = values, beats
-        self.shape = (len(beats), *values.shape[1:])
-
-    def __getitem__(self, b: int) -> np.ndarray:
-        return self.values[self.beats[b]]
 
 
 def is_silero(profile) -> bool:
@@ -123,6 +44,8 @@ def is_silero(profile) -> bool:
 
 def workload(profile, beats: int):
     """(frames per input, as wavec.serve.Feed takes them; reset [beats, sessions]) for ``beats`` beats."""
+    from silero_peers import FRAME_BYTES_BUDGET, Beats
+
     from wavec.audio import cohort_schedule
 
     n = profile.sessions
@@ -131,9 +54,9 @@ def workload(profile, beats: int):
     cycle = np.arange(beats) % distinct
     if is_silero(profile):
         frames, reset = cohort_schedule(n, distinct, seed=100)
-        return {SILERO_INPUT[0]: CycledBeats(frames, cycle)}, reset[cycle]
+        return {SILERO_INPUT[0]: Beats(frames, cycle)}, reset[cycle]
     rng = np.random.default_rng(7)
-    frames = {i["name"]: CycledBeats(rng.standard_normal((distinct, n, *i["shape"])).astype(np.float32), cycle)
+    frames = {i["name"]: Beats(rng.standard_normal((distinct, n, *i["shape"]), np.float32), cycle)
               for i in profile.meta["inputs"]}
     reset = np.zeros((beats, n), bool)
     reset[0] = True
@@ -216,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.beat_ms <= 0 or args.beats < 1 or args.runs < 1:
         sys.exit("bench/density.py: --beat-ms must be > 0, --beats and --runs >= 1")
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "bench")]
     from gpu_check import _import_wavec
 
     _import_wavec()
@@ -229,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     profiles = sorted((wavec.load(p) for p in args.profiles), key=lambda p: p.sessions)
     systems = {"wavec": lambda profile: (lambda: open_backend(profile, args.backend))}
     if args.peers and all(is_silero(p) for p in profiles):
-        sys.path.insert(0, str(ROOT / "bench"))
-        from silero_peers import peer_network
+        from silero_peers import TorchPeerBackend, peer_network
 
         net = peer_network("cuda")
         for peer in args.peers:

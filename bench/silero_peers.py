@@ -11,8 +11,9 @@ speech, per-session offsets and noise, staggered joins and rejoins that reset a 
 - ``wavec``: the profile's persistent kernel (`--backend cuda`): host publishes beat b's frames, sees its
   outputs (mapped host memory);
 - ``solo``: PyTorch eager, one session at a time (a request-serving stack's view: S calls per beat);
-- ``batched``: PyTorch eager, the whole cohort in one call;
+- ``batched``: PyTorch eager, the whole cohort in one call (frames copied into tensors allocated once);
 - ``graph``: the batched call with the state reset, captured once in a CUDA graph and replayed per beat.
+Both run through `TorchPeerBackend`, which bench/density.py also serves on a beat clock.
 
 The peers run Silero's own TorchScript network from the same wheel (silero_vad.jit, its 16 kHz
 ``_model``, called with explicit state: ``out, state = net(x [S, 576], state [2, S, 128])``); a reset zeroes
@@ -73,6 +74,72 @@ def torch_beats(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
     return np.stack(outs)
 
 
+class TorchPeerBackend:
+    """The batched peer (``graph``: its step captured once in a CUDA graph and replayed) as a wavec.serve
+    backend, synchronous like the interpreter: `publish` copies the frames and reset flags in, resets the
+    flagged slots' state, runs the step and copies the output back; ``last_compute_us`` is that wall time,
+    the deadline's view. bench/density.py serves it on a beat clock; time_peer here runs it flat out."""
+
+    ahead = 0
+
+    def __init__(self, net, sessions: int, graph: bool):
+        import torch
+
+        self.name = "graph" if graph else "batched"
+        self.torch, self.net = torch, net
+        self.x = torch.zeros(sessions, 576, device="cuda")
+        self.keep = torch.ones(sessions, device="cuda")
+        self.state = torch.zeros(STATE_SHAPE[0], sessions, STATE_SHAPE[1], device="cuda")
+        self.out_host = torch.zeros(sessions, 1, pin_memory=True)
+        self.graph = self._capture() if graph else None
+        self.last_compute_us = 0.0
+
+    def _step(self):
+        self.state.mul_(self.keep[None, :, None])
+        out, new_state = self.net(self.x, self.state)
+        self.state.copy_(new_state)
+        return out
+
+    def _capture(self):
+        torch = self.torch
+        with torch.inference_mode():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # let TorchScript's profiling executor settle before capture
+                    self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            self.state.zero_()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.out = self._step()
+        return graph
+
+    def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray) -> None:
+        torch = self.torch
+        t = time.perf_counter_ns()
+        with torch.inference_mode():
+            self.x.copy_(torch.from_numpy(frames["input"]), non_blocking=True)
+            self.keep.copy_(torch.from_numpy((~reset).astype(np.float32)), non_blocking=True)
+            if self.graph is not None:
+                self.graph.replay()
+                out = self.out
+            else:
+                out = self._step()
+            self.out_host.copy_(out, non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+        self.last_compute_us = (time.perf_counter_ns() - t) / 1e3
+
+    def ready(self) -> bool:
+        return True
+
+    def collect(self) -> dict[str, np.ndarray]:
+        return {"output": self.out_host.numpy().copy()}
+
+    def close(self) -> None:
+        pass
+
+
 class Beats:
     """``values[beats[b]]`` for beat b: the timed beats as indices into fewer distinct beats (a sequence:
     ``len``, ``[b]`` and slices of beats)."""
@@ -92,20 +159,13 @@ class Beats:
         return self.values[self.beats[b]]
 
 
-def time_batched(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
-    import torch
-
-    state = torch.zeros(STATE_SHAPE[0], frames.shape[1], STATE_SHAPE[1], device="cuda")
+def time_peer(net, frames, reset: np.ndarray, graph: bool) -> np.ndarray:
+    """The batched peer's beat times (us) over ``frames`` [beats, S, 576], each beat as soon as the last."""
+    peer = TorchPeerBackend(net, frames.shape[1], graph)
     times = []
-    with torch.inference_mode():
-        for b in range(len(frames)):
-            t = time.perf_counter_ns()
-            keep = torch.from_numpy(~reset[b]).cuda().float()
-            x = torch.from_numpy(frames[b]).cuda()
-            state.mul_(keep[None, :, None])
-            out, state = net(x, state)
-            out.cpu()
-            times.append((time.perf_counter_ns() - t) / 1e3)
+    for b in range(len(frames)):
+        peer.publish({"input": frames[b]}, reset[b])
+        times.append(peer.last_compute_us)
     return np.array(times)
 
 
@@ -123,44 +183,6 @@ def time_solo(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
                     states[s].zero_()
                 out, states[s] = net(torch.from_numpy(frames[b, s : s + 1]).cuda(), states[s])
                 out.cpu()
-            times.append((time.perf_counter_ns() - t) / 1e3)
-    return np.array(times)
-
-
-def time_graph(net, frames: np.ndarray, reset: np.ndarray) -> np.ndarray:
-    import torch
-
-    n = frames.shape[1]
-    x = torch.zeros(n, frames.shape[2], device="cuda")
-    keep = torch.ones(n, device="cuda")
-    state = torch.zeros(STATE_SHAPE[0], n, STATE_SHAPE[1], device="cuda")
-    out_host = torch.zeros(n, 1, pin_memory=True)
-
-    def step():
-        state.mul_(keep[None, :, None])
-        out, new_state = net(x, state)
-        state.copy_(new_state)
-        return out
-
-    with torch.inference_mode():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):  # warm up (and let TorchScript's profiling executor settle) before capture
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        state.zero_()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
-        times = []
-        for b in range(len(frames)):
-            t = time.perf_counter_ns()
-            x.copy_(torch.from_numpy(frames[b]), non_blocking=True)
-            keep.copy_(torch.from_numpy((~reset[b]).astype(np.float32)), non_blocking=True)
-            graph.replay()
-            out_host.copy_(out, non_blocking=True)
-            torch.cuda.current_stream().synchronize()
             times.append((time.perf_counter_ns() - t) / 1e3)
     return np.array(times)
 
@@ -197,8 +219,8 @@ def measure(directory: Path, net, args) -> dict:
     timed = {"wavec": [], "batched": [], "graph": []} | ({"solo": []} if n <= args.solo_max_sessions else {})
     for _ in range(args.runs):
         timed["wavec"].append(time_wavec(profile, cubin, frames, reset)[args.warmup :])
-        timed["batched"].append(time_batched(net, frames, reset)[args.warmup :])
-        timed["graph"].append(time_graph(net, frames, reset)[args.warmup :])
+        timed["batched"].append(time_peer(net, frames, reset, graph=False)[args.warmup :])
+        timed["graph"].append(time_peer(net, frames, reset, graph=True)[args.warmup :])
         if "solo" in timed:
             timed["solo"].append(time_solo(net, frames[solo], reset[solo])[SOLO_WARMUP:])
     for name in ("solo",):
