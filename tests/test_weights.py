@@ -191,17 +191,24 @@ class FillingDriver(FakeDriver):
         return (self.ok,)
 
 
-def test_cuda_runtime_generates_on_device_and_matches_interp(profiles, monkeypatch, tmp_path):
-    generated, _ = profiles
-    fake = FillingDriver(generated)
+def _cuda_matches_interp(profile, monkeypatch, tmp_path) -> "FillingDriver":
+    """Runs ``profile`` on the runtime over the filling fake driver; its outputs must equal the interpreter's
+    bit for bit. Returns the driver (its fills)."""
+    fake = FillingDriver(profile)
     monkeypatch.setattr(runtime, "_cu", fake)
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(b"\0")
-    frames, reset = _stream(generated)
-    got = runtime.run_beats(generated, frames, reset, cubin=cubin)
-    want = generated.run(frames, backend="interp", reset=reset)
+    frames, reset = _stream(profile)
+    got = runtime.run_beats(profile, frames, reset, cubin=cubin)
+    want = profile.run(frames, backend="interp", reset=reset)
     for name in ("y", "hN"):
         np.testing.assert_array_equal(got[name], want[name])
+    return fake
+
+
+def test_cuda_runtime_generates_on_device_and_matches_interp(profiles, monkeypatch, tmp_path):
+    generated, _ = profiles
+    fake = _cuda_matches_interp(generated, monkeypatch, tmp_path)
     assert sorted(fake.fills) == sorted((codegen.FILL_KINDS[g["kind"]], g["elems"])
                                         for g in generated.meta["generated_weights"])
 
@@ -217,11 +224,4 @@ def test_cuda_runtime_uploads_each_stored_range_from_its_place_in_weights_bin(mo
     mixed = compile_graph(graph, sessions=SESSIONS, workers=3)
     spans = stored_spans(mixed.arena_bytes("weights"), mixed.generated_weights)
     assert len(spans) >= 2 and spans[-1][2] > 0  # a later range starts past weights.bin's first byte
-    monkeypatch.setattr(runtime, "_cu", FillingDriver(mixed))
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(b"\0")
-    frames, reset = _stream(mixed)
-    got = runtime.run_beats(mixed, frames, reset, cubin=cubin)
-    want = mixed.run(frames, backend="interp", reset=reset)
-    for name in ("y", "hN"):
-        np.testing.assert_array_equal(got[name], want[name])
+    _cuda_matches_interp(mixed, monkeypatch, tmp_path)
