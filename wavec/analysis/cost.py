@@ -50,28 +50,34 @@ def phase_cost(records: np.ndarray, params_table: np.ndarray) -> tuple[int, int]
               * (records["elem_end"].astype(np.int64) - records["elem_begin"]))
     params_at = {int(at): unpack_params(params_table, int(at)) for at in np.unique(ats)}
     flops = sum(int(points[ats == at].sum()) * flops_per_element(params) for at, params in params_at.items())
-    users: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}  # (row, params at, operand slot)
-    for k in [*range(MAX_INPUTS), OUT]:  # one operand slot of every record at once
-        rows = np.flatnonzero(records["n_inputs"] > k) if k != OUT else np.arange(len(records))
-        keys = np.stack([(records["arenas"][rows].astype(np.int64) >> (4 * k)) & 0xF,
-                         records["offset"][rows, k].astype(np.int64),
-                         records["session_stride"][rows, k].astype(np.int64)], axis=1)
-        for key, row in zip(map(tuple, keys.tolist()), rows.tolist()):
-            users.setdefault(key, []).append((row, int(ats[row]), k))
-    nbytes = sum(4 * _distinct_touched(records, group, params_at, key[2] != 0) for key, group in users.items())
+    # Every (record, operand slot) in use, grouped by the location it names: (arena, offset, session stride).
+    slots = [np.flatnonzero(records["n_inputs"] > k) if k != OUT else np.arange(len(records))
+             for k in [*range(MAX_INPUTS), OUT]]
+    rows = np.concatenate(slots)
+    ks = np.concatenate([np.full(len(r), k, np.int64) for k, r in zip([*range(MAX_INPUTS), OUT], slots)])
+    keys = np.stack([(records["arenas"][rows].astype(np.int64) >> (4 * ks)) & 0xF,
+                     records["offset"][rows, ks].astype(np.int64),
+                     records["session_stride"][rows, ks].astype(np.int64)], axis=1)
+    locations, where = np.unique(keys, axis=0, return_inverse=True)
+    order = np.argsort(where.ravel(), kind="stable")
+    bounds = np.searchsorted(where.ravel()[order], np.arange(len(locations) + 1))
+    nbytes = 0
+    for g, location in enumerate(locations):
+        users = order[bounds[g] : bounds[g + 1]]
+        nbytes += 4 * _distinct_touched(records, rows[users], ks[users], ats, params_at, location[2] != 0)
     return flops, nbytes
 
 
-def _distinct_touched(records: np.ndarray, group: list[tuple[int, int, int]], params_at: dict, per_session: bool) -> int:
-    """Distinct elements that the tasks of ``group`` touch in one operand location, over the cohort. When
-    one parameter block's tiles cover its whole iteration space (the usual phase), that is the operand's
-    whole-op footprint (closed form); several blocks covering the same sessions merge their whole-op
-    sets once per session; anything else enumerates every tile's footprint."""
-    by_block: dict[tuple[int, int], list] = {}
-    for entry in group:
-        by_block.setdefault(entry[1:], []).append(entry)
-    covered = {_covered_sessions(records[[row for row, _, _ in tiles]], params_at[at].n_elems)
-               for (at, _), tiles in by_block.items()}
+def _distinct_touched(records: np.ndarray, rows: np.ndarray, ks: np.ndarray, ats: np.ndarray, params_at: dict,
+                      per_session: bool) -> int:
+    """Distinct elements that records ``rows`` (through operand slots ``ks``; ``ats``: every record's params
+    offset) touch in one operand location, over the cohort. When one parameter block's tiles cover its
+    whole iteration space (the usual phase), that is the operand's whole-op footprint (closed form);
+    several blocks covering the same sessions merge their whole-op sets once per session; anything else
+    enumerates every tile's footprint."""
+    blocks = np.stack([ats[rows], ks], axis=1)
+    by_block = {(int(at), int(k)): rows[(blocks[:, 0] == at) & (blocks[:, 1] == k)] for at, k in np.unique(blocks, axis=0)}
+    covered = {_covered_sessions(records[tiles], params_at[at].n_elems) for (at, _), tiles in by_block.items()}
     if len(covered) == 1 and None not in covered:  # every block covers the same whole sessions
         first, last = covered.pop()
         scale = last - first if per_session else 1
@@ -85,7 +91,7 @@ def _distinct_touched(records: np.ndarray, group: list[tuple[int, int, int]], pa
         offsets = [view_offsets(shape, strides, 0, int(np.prod(shape, dtype=np.int64))) for shape, strides in views]
         return len(np.unique(np.concatenate(offsets))) * scale
     parts = []
-    for row, at, k in group:
+    for row, at, k in zip(rows.tolist(), ats[rows].tolist(), ks.tolist()):
         rec = records[row]
         elems = footprint(params_at[at], k, int(rec["elem_begin"]), int(rec["elem_end"]), int(rec["n_inputs"]))
         if per_session:  # one row per session; shared operands count once for the cohort
