@@ -70,6 +70,10 @@ def check_pass_options(spec: str) -> None:
         if pass_spec.name not in PASSES:
             continue
         fields = {f.name: f for f in dataclasses.fields(get_all_passes()[pass_spec.name]()) if f.init}
+        spelled = [option.replace("-", "_") for option in pass_spec.parameters]
+        twice = sorted({o for o in spelled if spelled.count(o) > 1})
+        if twice:
+            raise ValueError(f"{pass_spec.name}: option {twice[0].replace('_', '-')} given twice; give it once")
         for option, values in pass_spec.parameters.items():
             field = fields.get(option.replace("-", "_"))
             if field is None:
@@ -81,6 +85,21 @@ def check_pass_options(spec: str) -> None:
                   "float": lambda v: isinstance(v, float), "str": lambda v: isinstance(v, str),
                   "bool": lambda v: isinstance(v, bool)}.get(kind, lambda v: True)
             if len(values) != 1 or not ok(value):
-                hint = f" (write {float(value)!r})" if kind == "float" and isinstance(value, int) else ""
+                hint = f" (write {_float_text(value)})" if kind == "float" and _float_text(value) else ""
                 raise ValueError(f"{pass_spec.name}: option {option.replace('_', '-')} takes one {kind} "
                                  f"(e.g. {_EXAMPLES.get(kind, '...')}), got {value!r}{hint}")
+
+
+def _float_text(value) -> str:
+    """How to write ``value`` (an int, or text like 5e12 that the spec parser keeps as a string) as a
+    float option (4.0, 5.0e12), or '' when it is no number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value}.0"
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    mantissa, e, exponent = value.lower().partition("e")
+    return (mantissa if "." in mantissa else mantissa + ".0") + e + exponent
