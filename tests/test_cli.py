@@ -543,6 +543,9 @@ def test_report_top_lists_the_phases_moving_the_most_bytes(tiny_profile, capsys)
     assert f"the 1 of {len(phases)} phases moving the most bytes:" in text
     listed = [p["name"] for p in phases if any(line.startswith(p["name"] + " ") for line in text.splitlines())]
     assert listed == [heaviest["name"]]
+    assert wavec_main(["report", str(tiny_profile), "--top", "1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in shown["phases"]] == [heaviest["name"]] and shown["phases_total"] == len(phases)
     assert wavec_main(["report", str(tiny_profile), "--top", "0"]) == 1
     assert "--top 0: list at least 1 phase" in _error(capsys)
 

@@ -279,12 +279,14 @@ def cmd_report(args) -> int:
     if args.top is not None and args.top < 1:
         raise WavecError(f"--top {args.top}: list at least 1 phase")
     from wavec.profile import load
-    from wavec.report import build_report, format_report
+    from wavec.report import build_report, format_report, heaviest_phases
 
     profile = load(args.profile)
     if args.gantt:  # a bad --gantt fails before the report is printed
         check_gantt_target(Path(args.gantt))
     report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
+    if args.json and args.top is not None:
+        report = {**report, "phases": heaviest_phases(report["phases"], args.top), "phases_total": len(report["phases"])}
     print(json.dumps(report, indent=1) if args.json else format_report(report, args.top))
     if args.gantt:
         write_gantt(profile, Path(args.gantt))
@@ -445,7 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile")
     p.add_argument("--json", action="store_true")
     p.add_argument("--gantt", metavar="FILE.png", help="also draw the modeled schedule: workers x time (matplotlib)")
-    p.add_argument("--top", type=int, metavar="N", help="list only the N phases moving the most bytes")
+    p.add_argument("--top", type=int, metavar="N", help="list only the N phases moving the most bytes, heaviest first "
+                                                       "(with --json too: phases_total says how many there are)")
     p.add_argument("--compare-relax", action="store_true",
                    help="also plan the activations with TVM Relax's StaticPlanBlockMemory (needs apache-tvm)")
     p.set_defaults(func=cmd_report)

@@ -165,6 +165,11 @@ def _ewise_line(ew: dict | None) -> str:
             f"{ew['tasks']} EWISE tasks (the others: the bytecode interpreter)")
 
 
+def heaviest_phases(phases: list[dict], top: int) -> list[dict]:
+    """The ``top`` phases moving the most bytes (then FLOPs), heaviest first."""
+    return sorted(phases, key=lambda p: (-p["bytes"], -p["flops"]))[:top]
+
+
 def format_report(report: dict, top: int | None = None) -> str:
     """The report as text; ``top``: list only that many phases, those moving the most bytes (all: None)."""
     lines = [
@@ -195,9 +200,9 @@ def format_report(report: dict, top: int | None = None) -> str:
                          f"recycled at {sc.get('arena_granularity', 'tile')} granularity{why('arena_granularity_why')}")
         lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
     phases = report["phases"]
-    if top is not None and top < len(phases):
-        phases = sorted(phases, key=lambda p: (-p["bytes"], -p["flops"]))[:top]
-        lines.append(f"the {top} of {len(report['phases'])} phases moving the most bytes:")
+    if top is not None:
+        phases = heaviest_phases(phases, top)
+        lines.append(f"the {len(phases)} of {len(report['phases'])} phases moving the most bytes:")
     name_width = max([28, *(len(p["name"]) + 2 for p in phases)])
     lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
     for p in phases:
