@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -96,8 +97,9 @@ def densities(rows: list[dict]) -> dict[str, int]:
     return out
 
 
-def draw(rows: list[dict], beat_ms: float, path: Path) -> None:
-    """Speed (beat / p99 beat latency) against cohort size, one line per system, its density marked."""
+def draw(rows: list[dict], beat_ms: float, path: Path, what: str) -> None:
+    """Speed (beat / p99 beat latency) against cohort size, one line per system, its density marked;
+    ``what``: the model and backend, in the title. Writes exactly ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,10 +120,10 @@ def draw(rows: list[dict], beat_ms: float, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("cohort size (sessions)")
     ax.set_ylabel(f"speed: {beat_ms:g} ms beat / p99 beat latency")
-    ax.set_title("Density: the largest cohort with no late beat (star)")
+    ax.set_title(f"Density ({what}): the largest cohort with no late beat (star)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -137,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--png", type=Path, help="write the chart here")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
-    if args.beat_ms <= 0 or args.beats < 1 or args.runs < 1:
-        sys.exit("bench/density.py: --beat-ms must be > 0, --beats and --runs >= 1")
+    if not (math.isfinite(args.beat_ms) and args.beat_ms > 0) or args.beats < 1 or args.runs < 1:
+        sys.exit("bench/density.py: --beat-ms must be a finite number > 0, --beats and --runs >= 1")
+    for flag, path in (("--json", args.json), ("--png", args.png)):  # before the run, not after it
+        if path is not None and (path.is_dir() or not path.parent.is_dir()):
+            sys.exit(f"bench/density.py: {flag} {path}: not a file in an existing folder")
     sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "bench")]
     from gpu_check import _import_wavec
 
@@ -150,8 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         sys.exit(f"bench/density.py: not a profile: {', '.join(missing)} (compile them with scripts/device_profiles.py)")
     profiles = sorted((wavec.load(p) for p in args.profiles), key=lambda p: p.sessions)
+    models = sorted({str(p.meta.get("model")) for p in profiles})
+    sizes = [p.sessions for p in profiles]
+    if len(models) > 1 or len(set(sizes)) < len(sizes):
+        sys.exit(f"bench/density.py: give one model at distinct cohort sizes; got models {models}, sizes {sizes}")
     systems = {"wavec": lambda profile: (lambda: open_backend(profile, args.backend))}
-    if args.peers and all(is_silero(p) for p in profiles):
+    if args.peers and not is_silero(profiles[0]):
+        print(f"bench/density.py: no PyTorch peers for {models[0]} (they run Silero VAD); wavec alone", file=sys.stderr)
+    elif args.peers:
         from silero_peers import TorchPeerBackend, peer_network
 
         net = peer_network("cuda")
@@ -168,17 +179,18 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rows[-1]), flush=True)
             if not rows[-1]["held"]:
                 stopped.add(system)
-    print(f"beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats")
+    print(f"{models[0]}: beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats, wavec on {args.backend}")
     print("system | sessions | late beats | p50 us | p99 us | held")
     for r in rows:
         print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['held']}")
     held = densities(rows)
     print("density: " + ", ".join(f"{s} {n:,}" for s, n in held.items()))
     if args.json:
-        args.json.write_text(json.dumps({"beat_ms": args.beat_ms, "runs": args.runs, "beats": args.beats,
-                                         "rows": rows, "density": held}, indent=1))
+        args.json.write_text(json.dumps({"model": models[0], "backend": args.backend, "beat_ms": args.beat_ms,
+                                         "runs": args.runs, "beats": args.beats, "rows": rows, "density": held},
+                                        indent=1))
     if args.png:
-        draw(rows, args.beat_ms, args.png)
+        draw(rows, args.beat_ms, args.png, f"{models[0]}, wavec on {args.backend}")
     return 0
 
 

@@ -43,6 +43,7 @@ def test_a_generous_beat_holds_every_cohort(gru_profiles, tmp_path):
     assert [r["sessions"] for r in result["rows"]] == [1, 2, 4]
     assert all(r["held"] and r["late_beats"] == 0 and r["beats"] == 6 for r in result["rows"])
     assert result["density"] == {"wavec": 4}
+    assert result["backend"] == "interp" and result["model"] == "gru_stack_tiny"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -63,3 +64,20 @@ def test_densities_take_the_largest_held_cohort():
     rows = [{"system": "a", "sessions": 1, "held": True}, {"system": "a", "sessions": 8, "held": True},
             {"system": "a", "sessions": 64, "held": False}, {"system": "b", "sessions": 1, "held": False}]
     assert density.densities(rows) == {"a": 8, "b": 0}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--beat-ms", "nan"], "--beat-ms must be a finite number > 0"),
+    (["--json", "/no-such-folder/d.json"], "--json /no-such-folder/d.json: not a file in an existing folder"),
+    (["--png", "."], "--png .: not a file in an existing folder"),
+])
+def test_bad_arguments_stop_before_the_run(gru_profiles, extra, message):
+    density = _density_module()
+    with pytest.raises(SystemExit, match=message.replace(".", r"\.")):
+        density.main([*map(str, gru_profiles), "--backend", "interp", *extra])
+
+
+def test_one_model_at_distinct_sizes(gru_profiles):
+    density = _density_module()
+    with pytest.raises(SystemExit, match="give one model at distinct cohort sizes"):
+        density.main([str(gru_profiles[0]), str(gru_profiles[0]), "--backend", "interp"])
