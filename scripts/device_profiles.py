@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compiles the profiles the GPU machine checks (it has no xDSL, so they are built here and carried).
 
-    python3 scripts/device_profiles.py [--out .device] [--sessions 1 64 1024] [--zoo-sessions 8]
+    python3 scripts/device_profiles.py [--out .device] [--sessions 1 64 1024] [--barrier-sessions 1 64 1024]
+                                       [--zoo-sessions 8] [--threads T ...] [--only-threads]
 
 Writes, under --out:
 - ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
@@ -52,7 +53,7 @@ def threads_target(out: Path, threads: int) -> Path:
     return path
 
 
-def default_jobs(sessions: list[int], zoo_sessions: int) -> list:
+def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions: int) -> list:
     from wavec import zoo
     from wavec.driver import compile_graph
     from wavec.frontends.builder.lower import lower_model
@@ -60,6 +61,7 @@ def default_jobs(sessions: list[int], zoo_sessions: int) -> list:
     jobs = []
     for n in sessions:
         jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
+    for n in barrier_sessions:
         jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=barrier_pipeline(n))))
     for name in [n for n in zoo.names() if n.endswith(":tiny")]:
         jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
@@ -72,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / ".device")
     ap.add_argument("--sessions", type=int, nargs="*", default=[1, 64, 1024])
+    ap.add_argument("--barrier-sessions", type=int, nargs="*", default=[1, 64, 1024],
+                    help="cohort sizes of the bar-N profiles (default 1 64 1024; none: leave them out)")
     ap.add_argument("--zoo-sessions", type=int, default=8)
     ap.add_argument("--threads", type=int, nargs="*", default=[], help="block sizes to build vad-N-tT for")
     ap.add_argument("--only-threads", action="store_true", help="build only the vad-N-tT profiles")
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(f"vad-{n}-t{threads}", lambda n=n, hw=hw: compile_graph(silero_graph(), sessions=n, hw=str(hw)))
                  for n in args.sessions]
     if not args.only_threads:
-        jobs += default_jobs(args.sessions, args.zoo_sessions)
+        jobs += default_jobs(args.sessions, args.barrier_sessions, args.zoo_sessions)
     for label, make in jobs:
         t0 = time.perf_counter()
         profile = make()
