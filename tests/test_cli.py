@@ -571,6 +571,11 @@ def tiny_mlir(tmp_path, capsys) -> Path:
 @pytest.mark.parametrize("argv, message", [
     (["{mlir}", "-p", "no-such-pass"], "Unrecognized passes: ['no-such-pass']"),
     (["{mlir}", "-p", "wave-cohort{sessions=x}"], "wave-cohort: option sessions takes one int (e.g. 4), got 'x'"),
+    (["{mlir}", "-p", "wave-cohort{sessions=99999999999999999999}"],
+     "wave-cohort: option sessions is 99999999999999999999, beyond a 64-bit integer"),
+    (["{mlir}", "-p", "wave-cohort{sessions=2 sessions=3}"], "wave-cohort: option sessions given twice; give it once"),
+    (["{mlir}", "-p", "wave-cohort{sessions=2},wave-to-wpk,wpk-arena,wpk-schedule{peak-flops=5e12}"],
+     "wpk-schedule: option peak-flops takes one float (e.g. 0.5), got '5e12' (write 5.0e12)"),
     (["{mlir}", "-p", "wave-cohort{sessions=2},wave-to-wpk,wpk-arena,wpk-schedule{task-overhead-us=1}"],
      "wpk-schedule: option task-overhead-us takes one float (e.g. 0.5), got 1 (write 1.0)"),
     (["{mlir}", "-p", "wave-cohort{sessions=2"], "Malformed pass arguments"),

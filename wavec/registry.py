@@ -3,6 +3,7 @@ pipeline uses (xDSL's own registry does the same)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from importlib import import_module
 
@@ -66,14 +67,11 @@ def check_pass_options(spec: str) -> None:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         return
+    _refuse_repeated_options(spec)
     for pass_spec in specs:
         if pass_spec.name not in PASSES:
             continue
         fields = {f.name: f for f in dataclasses.fields(get_all_passes()[pass_spec.name]()) if f.init}
-        spelled = [option.replace("-", "_") for option in pass_spec.parameters]
-        twice = sorted({o for o in spelled if spelled.count(o) > 1})
-        if twice:
-            raise ValueError(f"{pass_spec.name}: option {twice[0].replace('_', '-')} given twice; give it once")
         for option, values in pass_spec.parameters.items():
             field = fields.get(option.replace("-", "_"))
             if field is None:
@@ -88,6 +86,8 @@ def check_pass_options(spec: str) -> None:
                 hint = f" (write {_float_text(value)})" if kind == "float" and _float_text(value) else ""
                 raise ValueError(f"{pass_spec.name}: option {option.replace('_', '-')} takes one {kind} "
                                  f"(e.g. {_EXAMPLES.get(kind, '...')}), got {value!r}{hint}")
+            if kind == "int" and not -(1 << 63) <= value < 1 << 63:  # the passes store them as i64 attributes
+                raise ValueError(f"{pass_spec.name}: option {option.replace('_', '-')} is {value}, beyond a 64-bit integer")
 
 
 def _float_text(value) -> str:
@@ -103,3 +103,13 @@ def _float_text(value) -> str:
         return ""
     mantissa, e, exponent = value.lower().partition("e")
     return (mantissa if "." in mantissa else mantissa + ".0") + e + exponent
+
+
+def _refuse_repeated_options(spec: str) -> None:
+    """An option given twice in one pass's braces (in either spelling: min_tile_elems, min-tile-elems) is
+    an error; xDSL's parser keeps the last silently. Read from the text, where the repeat still is."""
+    for name, body in re.findall(r"([\w-]+)\{([^}]*)\}", spec):
+        spelled = [option.replace("_", "-") for option in re.findall(r"([\w-]+)\s*=", body)]
+        twice = sorted({o for o in spelled if spelled.count(o) > 1})
+        if twice:
+            raise ValueError(f"{name}: option {twice[0]} given twice; give it once")
