@@ -593,6 +593,18 @@ def test_wavec_opt_errors_have_no_traceback(tiny_mlir, tmp_path, capsys, argv, m
     assert message in err.splitlines()[0]
 
 
+def test_wavec_opt_reads_back_its_own_ir_dumps(tiny_mlir, tmp_path, capsys):
+    """--print-ir-after output starts with a banner that --split-input-file splits on; the empty chunk before
+    it is an empty module, as in mlir-opt, so a dump reads back."""
+    assert opt_main([str(tiny_mlir), "-p", "wave-cohort{sessions=2},wave-to-wpk", "--print-ir-after", "wave-cohort"]) == 0
+    dump = tmp_path / "dump.mlir"
+    dump.write_text(capsys.readouterr().err)
+    assert dump.read_text().startswith("// -----// IR Dump After wave-cohort")
+    assert opt_main([str(dump), "--split-input-file"]) == 0
+    chunks = capsys.readouterr().out.split("// -----")
+    assert chunks[0].split() == ["builtin.module", "{", "}"] and "wave.cohort = 2" in chunks[1]
+
+
 def test_wavec_opt_pass_failure_leaves_no_output_file(tiny_mlir, tmp_path, capsys):
     out = tmp_path / "out.mlir"
     assert opt_main([str(tiny_mlir), "-p", "wave-to-wpk{workers=2}", "-o", str(out)]) == 1

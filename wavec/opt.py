@@ -82,6 +82,17 @@ class WavecOptMain(xDSLOptMain):
 
             self.pipeline = PassPipeline(self.pipeline.passes, callback)
 
+    def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
+        """An input (or a --split-input-file chunk) of nothing but blanks and // comments is an empty module,
+        as in mlir-opt: the chunk before the first `// -----// IR Dump After` banner of --print-ir-after
+        output is one. Anything else goes to xDSL's parser."""
+        data = chunk.read()  # bytes: xDSL opens the input, and splits it, in binary
+        if all(not line.strip() or line.lstrip().startswith(b"//") for line in data.splitlines()):
+            from xdsl.dialects.builtin import ModuleOp
+
+            return ModuleOp([])
+        return super().parse_chunk(io.BytesIO(data), file_extension, start_offset)
+
     def prepare_output(self):
         """-o FILE: the output is kept in memory and written (atomically) only when the run succeeds,
         so a failure leaves no half-written file."""
