@@ -76,8 +76,8 @@ _NO_WORDS = np.zeros(0, np.int64)
 class _Task:
     """One task (a row of a `wpk.tasks` op) while the pass runs: 10^5 to 10^6 of them, hence slots."""
 
-    __slots__ = ("op", "tile", "index", "phase", "group", "sessions", "reads", "writes", "flops", "nbytes",
-                 "words", "cost", "deps", "waits")
+    __slots__ = ("op", "tile", "index", "phase", "group", "reads", "writes", "flops", "nbytes", "words", "cost",
+                 "deps", "waits")
 
     def __init__(self, op: wpk.TasksOp, tile: tuple[int, int, int, int], index: int, phase: int):
         self.op = op  # the table holding the task
@@ -85,13 +85,16 @@ class _Task:
         self.index = index  # program order
         self.phase = phase
         self.group = -1  # global group id
-        self.sessions = (0, 0)
         self.reads = self.writes = _NO_WORDS  # tracked words
         self.flops = self.nbytes = 0
         self.words = 0  # tracked words touched, counted when the words themselves are not listed
         self.cost = 0.0
         self.deps: set = set()  # direct conflicting earlier tasks
         self.waits: list = []  # counter units (see _Counter)
+
+    @property
+    def sessions(self) -> tuple[int, int]:
+        return self.tile[:2]
 
 
 @dataclass
@@ -118,7 +121,6 @@ def _footprints(buffers: dict[str, wpk.BufferOp], bases: dict[str, int]):
         part = parts.part(t.op)
         params = part.params
         s0, s1, e0, e1 = t.tile
-        t.sessions = (s0, s1)
         if not bases:
             hit = counted.get((id(part), s1 - s0, e0, e1))
             if hit is not None:
@@ -275,10 +277,6 @@ class WpkSchedule(ModulePass):
     def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> tuple[str, str]:
         """The granularity to run and, when auto chose it, why; fills every task's counts (FLOPs, bytes,
         tracked words) unless it is tile, whose dependency sweep fills them itself."""
-        if self.granularity not in ("tile", "phase", "auto"):
-            raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
-        if self.max_tile_words < 0:
-            raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
         if self.granularity == "tile":
             return "tile", ""
         fill = _footprints(buffers, {})  # sizes only, in closed form: no word lists
@@ -337,7 +335,11 @@ class WpkSchedule(ModulePass):
             chosen.remove(victim)
         return chosen
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def _check_options(self) -> None:
+        if self.granularity not in ("tile", "phase", "auto"):
+            raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
+        if self.max_tile_words < 0:
+            raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
         if not 1 <= self.workers <= 0x10000:
             raise PassFailedException(f"wpk-schedule: workers must be in [1, 65536] (a payload's worker is a u16), got {self.workers}")
         for option, value, zero in (("task-overhead-us", self.task_overhead_us, "none"),
@@ -345,6 +347,9 @@ class WpkSchedule(ModulePass):
                                     ("hbm-bandwidth", self.hbm_bandwidth, "the target's")):
             if value < 0:
                 raise PassFailedException(f"wpk-schedule: {option} must be >= 0 (0: {zero}), got {value}")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self._check_options()
         phase_ops = phases_of(op)
         if not phase_ops:
             raise PassFailedException("wpk-schedule: the module has no wpk.phase; run wave-to-wpk first")
