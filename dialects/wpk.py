@@ -41,7 +41,7 @@ from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from wavec.opcodes import OUT, Arena, Opcode, unpack_params
-from wavec.payload import MAX_WAITS
+from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, PAYLOAD_DTYPE
 
 ARENA_NAMES = tuple(a.name.lower() for a in Arena)
 ROLES = ("input", "output", "state", "weight", "act", "reset")
@@ -168,10 +168,16 @@ def _block(ops):
 _I64_PROPERTIES = ("input_offsets", "params", "sessions", "elems", "worker", "order", "signal", "signal_phase",
                    "n_waits", "waits")
 _SCHEDULE_COLUMNS = ("worker", "order", "signal", "signal_phase", "n_waits", "waits")
-# Each per-task schedule column's range: its payload field's (wavec.payload.FIELDS; order is not encoded).
-# signal starts at 1: counter 0 ends the beat (wavec.payload.BEAT_DONE_COUNTER), which only workers signal.
-_COLUMN_RANGES = {"worker": (0, 0xFFFF), "order": (0, 2**63 - 1), "signal": (1, 0xFFFFFFFF),
-                  "signal_phase": (0, 0xFFFF), "n_waits": (0, MAX_WAITS)}
+# Each per-task schedule column's range: its payload field's (order is not encoded). signal starts past
+# counter 0, which ends the beat and only workers signal; a payload holds at most MAX_WAITS waits.
+_COLUMN_RANGES = {
+    "worker": (0, int(np.iinfo(PAYLOAD_DTYPE["worker"]).max)),
+    "order": (0, int(np.iinfo(np.int64).max)),
+    "signal": (BEAT_DONE_COUNTER + 1, int(np.iinfo(PAYLOAD_DTYPE["signal"]).max)),
+    "signal_phase": (0, int(np.iinfo(PAYLOAD_DTYPE["signal_phase"]).max)),
+    "n_waits": (0, MAX_WAITS),
+}
+_WAIT_MAX = int(np.iinfo(PAYLOAD_DTYPE["wait_counter"].base).max)
 
 
 @irdl_op_definition
@@ -325,7 +331,7 @@ class TasksOp(IRDLOperation):
         waits = _array(self.waits).reshape(-1, 2) if len(_array(self.waits)) % 2 == 0 else None
         if waits is None or len(waits) != int(self.column("n_waits").sum()):
             raise VerifyException("waits must hold one (counter, count) pair per wait n_waits counts")
-        if len(waits) and (((waits < 0) | (waits > 0xFFFFFFFF)).any() or (waits[:, 1] < 1).any()):
+        if len(waits) and (((waits < 0) | (waits > _WAIT_MAX)).any() or (waits[:, 1] < 1).any()):
             raise VerifyException("a wait's counter and count must be u32 values, its count >= 1")
 
     def _verify_operands(self) -> None:
