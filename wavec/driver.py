@@ -126,18 +126,18 @@ def check_complete(module, spec: str) -> None:
     """The pipeline must have produced a complete program: cohort, schedule, arenas and payloads.
     Raises WavecError naming the missing passes."""
     from wavec.dialects import wave
+    from wavec.emit import PROGRAM_ATTRIBUTES
     from wavec.passes.wpk_payload import tasks_of
 
     named = {p.name for p in parse_pipeline(spec).passes}
     missing = [p for p in REQUIRED_PASSES if p not in named]
-    attrs = ("wpk.workers", "wpk.counters", "wpk.arena_bytes", "wpk.act_lower_bound")
     try:
         tasks = tasks_of(module)
     except Exception:  # noqa: BLE001  (no wpk program at all)
         tasks = None
     complete = (
         wave.cohort_size(module) is not None
-        and all(a in module.attributes for a in attrs)
+        and all(a in module.attributes for a in PROGRAM_ATTRIBUTES)
         and tasks is not None
         and all(t.payload is not None for t in tasks)
     )
@@ -220,8 +220,8 @@ def finish_profile(module, weights, name: str, target: dict, bindings: dict) -> 
 
     progress = current_progress()
     with progress.stage("emit"):
-        profile = profile_from_module(module, weights, model=name, hw=target["name"], bindings=bindings)
-        profile.meta["block_threads"] = int(target["threads_per_block"])
+        profile = profile_from_module(module, weights, model=name, hw=target["name"],
+                                      block_threads=target["threads_per_block"], bindings=bindings)
     with progress.stage("codegen"):
         profile.kernel_source = generate_kernel(profile.meta)
     with progress.stage("report"):

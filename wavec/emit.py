@@ -78,15 +78,19 @@ def schedule_summary(module: ModuleOp) -> dict:
     return out
 
 
+# The module attributes a complete program carries (wpk-arena, wpk-schedule), which emission reads.
+PROGRAM_ATTRIBUTES = ("wpk.workers", "wpk.counters", "wpk.arena_bytes", "wpk.act_lower_bound")
+
+
 def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[list[int]]]:
     """Payload records grouped by worker in execution order, and each worker's [begin, end) rows."""
     tasks = tasks_of(module)
     if any(t.payload is None for t in tasks):
         raise WavecError("profile emission: some tasks have no payload; run wpk-payload first")
-    column = lambda name: np.concatenate([t.column(name) for t in tasks]) if tasks else np.zeros(0, np.int64)  # noqa: E731
-    worker = column("worker")
-    records = payload_records(tasks)[np.lexsort((column("order"), worker))]  # a copy: the profile owns it
-    counts = np.bincount(worker, minlength=workers)[:workers]
+    records = payload_records(tasks)
+    order = np.concatenate([t.column("order") for t in tasks]) if tasks else np.zeros(0, np.int64)  # not encoded
+    records = records[np.lexsort((order, records["worker"]))]  # a copy: the profile owns it
+    counts = np.bincount(records["worker"], minlength=workers)[:workers]
     ends = np.cumsum(counts)
     rows = [[int(e - c), int(e)] for c, e in zip(counts, ends)]
     return records, rows
@@ -130,11 +134,13 @@ def profile_from_module(
     *,
     model: str = "model",
     hw: str = "h200",
+    block_threads: int | None = None,
     bindings: dict | None = None,
     kernel_source: str = "",
 ) -> Profile:
     """Builds the Profile of a fully lowered module. ``weights=None`` leaves the weights image zeroed, in
-    no memory (enough for verification, which never reads weight values)."""
+    no memory (enough for verification, which never reads weight values). ``block_threads``: the
+    persistent block's size (the target's threads_per_block; None: the kernel generator's default)."""
     buffers = buffers_of(module)
     workers = module.attributes["wpk.workers"].value.data
     arena_bytes = {k: v.value.data for k, v in module.attributes["wpk.arena_bytes"].data.items()}
@@ -148,6 +154,7 @@ def profile_from_module(
         "sessions": wave.cohort_size(module),
         "workers": workers,
         "hw": hw,
+        **({"block_threads": int(block_threads)} if block_threads else {}),
         "n_counters": module.attributes["wpk.counters"].value.data,
         "arena_bytes": arena_bytes,
         "act_lower_bound": module.attributes["wpk.act_lower_bound"].value.data,
