@@ -35,12 +35,12 @@ class WpkVerify(ModulePass):
     )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from wavec.emit import profile_from_module
+        from wavec.emit import PROGRAM_ATTRIBUTES, profile_from_module
         from wavec.verify import verify_profile
 
         if self.max_incidences < 0:
             raise PassFailedException(f"wpk-verify: max-incidences must be >= 0 (0: no limit), got {self.max_incidences}")
-        missing = [a for a in ("wpk.workers", "wpk.counters", "wpk.arena_bytes", "wpk.act_lower_bound") if a not in op.attributes]
+        missing = [a for a in PROGRAM_ATTRIBUTES if a not in op.attributes]
         if missing:
             raise PassFailedException(f"wpk-verify: the module has no {', '.join(missing)}; run wpk-arena, wpk-schedule "
                                       "and wpk-payload first (it proves the encoded program)")
