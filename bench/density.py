@@ -19,7 +19,8 @@ bench/silero_peers.py on the same clock: ``graph`` (the batched step captured on
 speech, staggered joins that reset a slot), or seeded unit-normal frames for other models; a large cohort's
 beats cycle through the first ones that fit FRAME_BYTES_BUDGET of host memory.
 
-Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, held) and
+Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, the host's
+lag p99 from a beat's start to its frames being handed over, held) and
 each system's density; --png draws speed (beat / p99 beat latency: above 1 the p99 beat is on time) against
 cohort size, one line per system, its density marked; --json writes the rows. Beat latency is the Server's
 ``compute_us``: the time a beat had the backend.
@@ -80,11 +81,15 @@ def serve_runs(profile, make_backend, frames, reset, beat_ms: float, runs: int) 
 
 
 def row_of(system: str, sessions: int, results: list) -> dict:
+    """One table row. ``lag_p99_us``: the host's share, from a beat's scheduled start to its frames being
+    handed to the system (gathering them and, for a beat published ahead, waiting for the one before)."""
     compute = np.concatenate([r.compute_us for r in results])
+    lag = np.concatenate([r.published_us - r.start_us for r in results])
     late = int(sum(r.summary()["late_beats"] for r in results))
     return {"system": system, "sessions": sessions, "runs": len(results), "beats": int(len(compute)),
             "late_beats": late, "held": late == 0, "p50_us": round(float(np.percentile(compute, 50)), 1),
-            "p99_us": round(float(np.percentile(compute, 99)), 1), "max_us": round(float(compute.max()), 1)}
+            "p99_us": round(float(np.percentile(compute, 99)), 1), "max_us": round(float(compute.max()), 1),
+            "lag_p99_us": round(float(np.percentile(lag, 99)), 1)}
 
 
 def densities(rows: list[dict]) -> dict[str, int]:
@@ -180,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             if not rows[-1]["held"]:
                 stopped.add(system)
     print(f"{models[0]}: beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats, wavec on {args.backend}")
-    print("system | sessions | late beats | p50 us | p99 us | held")
+    print("system | sessions | late beats | p50 us | p99 us | host lag p99 us | held")
     for r in rows:
-        print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['held']}")
+        print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['lag_p99_us']} | {r['held']}")
     held = densities(rows)
     print("density: " + ", ".join(f"{s} {n:,}" for s, n in held.items()))
     if args.json:

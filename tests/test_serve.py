@@ -217,10 +217,19 @@ def test_cuda_backend_publishes_ahead_against_a_fake_driver(monkeypatch, tmp_pat
     schedule = SessionSchedule([[(0, None)], [(2, 5), (6, None)], [(0, 3)], [], [(1, None)]])
     feed = Feed.with_late_frames(frames, [(3, 0, 50.0), (6, 1, 1.0)])
     backend = CudaBackend(small, cubin=cubin, timeout_s=20)
+    staged_in_place = []
+    publish = backend.session.publish
+
+    def spy(frames, reset=None):
+        staged_in_place.append(all(frames[k] is v for k, v in backend.session._input_views.items()))
+        publish(frames, reset)
+
+    monkeypatch.setattr(backend.session, "publish", spy)
     try:
         result = Server(small, BeatClock(1.0), backend).run(feed, schedule)
     finally:
         backend.close()
+    assert staged_in_place == [True] * 8  # the server gathered every beat straight into the pinned staging
     assert not fake.kernel.is_alive()
     active, admitted, _ = schedule.masks(8)
     want = reference(small, frames, result.input_status, admitted)

@@ -393,7 +393,8 @@ class CudaSession:
         for name, view in self._input_views.items():
             if name not in frames:
                 raise RuntimeBackendError(f"input {name!r} is missing for beat {b}")
-            view[...] = frames[name]
+            if frames[name] is not view:  # frames written into `input_views` are already staged
+                view[...] = frames[name]
         if self._reset_view is not None:
             flags = np.zeros(self.sessions, bool) if reset is None else np.asarray(reset, bool)
             self._reset_view[...] = flags.astype(np.float32)  # the program's reset tasks read these
@@ -429,6 +430,14 @@ class CudaSession:
         if b >= self.published:
             raise RuntimeBackendError(f"beat {b} was not published; call publish() first")
         return b
+
+    @property
+    def input_views(self) -> dict[str, np.ndarray]:
+        """Per input, float32 ``[sessions, *shape]`` views of the pinned staging buffer that `publish` copies to
+        the device. A caller that writes the next beat's frames here and passes these same arrays to
+        `publish` saves a host copy (a 16,384-session Silero beat is 38 MB). Free to write again once
+        `publish` returns."""
+        return dict(self._input_views)
 
     def ready(self) -> bool:
         """Without blocking: True once the oldest uncollected beat is done (then `collect` returns at once).
