@@ -981,6 +981,7 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 // 11.1 ms; a group of a tile of fewer sessions repeats its first session's loads (1 session: 99.6 -> 108.6
 // us; a per-count variant and a predicated one measured slower).
 constexpr int kConvSessions = 4;
+constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D convs)
 
 // Not inlined: the kernel's register budget (128 at 512 threads) then holds per body, not summed.
 __device__ __noinline__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
@@ -1042,6 +1043,25 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
         const unsigned K = (unsigned)k_total, L = (unsigned)in_sp[0];
         const long long dil = dilation[0];
         unsigned j = g.lane, c = j / K, k = j % K;
+        // kConvUnroll taps' loads are issued before their FMAs: a lane's taps are otherwise one dependent
+        // memory round trip each, which is a small cohort's whole beat.
+        for (; j + (kConvUnroll - 1) * g.lanes < taps; j += kConvUnroll * g.lanes) {
+#pragma unroll
+          for (int u = 0; u < kConvUnroll; ++u) {
+            const long long pos = origin[0] + (long long)k * dil;
+            const bool inside = pos >= 0 && pos < (long long)L;
+            const long long at = (long long)c * L + pos;
+            const float wv = pw[j + u * g.lanes];
+#pragma unroll
+            for (int r = 0; r < kConvSessions; ++r)
+              acc[r] = fmaf(inside ? px[(r < (int)ns ? r : 0) * xs + at] : 0.0f, wv, acc[r]);
+            k += g.lanes;
+            if (k >= K) {
+              c += k / K;
+              k %= K;
+            }
+          }
+        }
         for (; j < taps; j += g.lanes) {
           const long long pos = origin[0] + (long long)k * dil;
           if (pos >= 0 && pos < (long long)L) {
