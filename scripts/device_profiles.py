@@ -9,6 +9,7 @@ Writes, under --out:
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
+- ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
 - ``vad-N-tT``: with ``--threads T ...``, Silero VAD for N sessions with T threads per persistent block
   (the H200 target with ``threads_per_block: T``; the default profiles use the target's own).
 Also copies the Silero ONNX and TorchScript files there (the GPU machine reaches no registry; set WAVEC_CACHE to
@@ -33,12 +34,14 @@ def silero_graph():
     return import_onnx(silero_vad_path(), bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")])
 
 
-def barrier_pipeline(sessions: int) -> str:
+def pipeline_with(sessions: int, pass_name: str, option: str) -> str:
+    """The default pipeline for the H200 with ``option`` (``name=value``) added to pass ``pass_name``."""
     from wavec.driver import default_pipeline
     from wavec.hw import load_hw
 
     spec = default_pipeline(sessions, int(load_hw("h200")["sm_count"]))
-    return spec.replace("wpk-schedule{", "wpk-schedule{granularity=phase ", 1)
+    assert f"{pass_name}{{" in spec, spec
+    return spec.replace(f"{pass_name}{{", f"{pass_name}{{{option} ", 1)
 
 
 def threads_target(out: Path, threads: int) -> Path:
@@ -62,7 +65,7 @@ def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions:
     for n in sessions:
         jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
     for n in barrier_sessions:
-        jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=barrier_pipeline(n))))
+        jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=pipeline_with(n, "wpk-schedule", "granularity=phase"))))
     for name in [n for n in zoo.names() if n.endswith(":tiny")]:
         jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
                                                                                  sessions=zoo_sessions)))
@@ -78,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="cohort sizes of the bar-N profiles (default 1 64 1024; none: leave them out)")
     ap.add_argument("--zoo-sessions", type=int, default=8)
     ap.add_argument("--threads", type=int, nargs="*", default=[], help="block sizes to build vad-N-tT for")
-    ap.add_argument("--only-threads", action="store_true", help="build only the vad-N-tT profiles")
+    ap.add_argument("--only-threads", action="store_true", help="build only the vad-N-tT and vad-N-fF profiles")
+    ap.add_argument("--min-tile-flops", type=int, nargs="*", default=[],
+                    help="wave-to-wpk min-tile-flops values to build vad-N-fF for")
     args = ap.parse_args(argv)
     from wavec.driver import compile_graph
     from wavec.models import silero_vad_jit_path, silero_vad_path
@@ -91,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         hw = threads_target(args.out, threads)
         jobs += [(f"vad-{n}-t{threads}", lambda n=n, hw=hw: compile_graph(silero_graph(), sessions=n, hw=str(hw)))
                  for n in args.sessions]
+    for flops in args.min_tile_flops:
+        jobs += [(f"vad-{n}-f{flops}", lambda n=n, flops=flops: compile_graph(
+            silero_graph(), sessions=n, pipeline=pipeline_with(n, "wave-to-wpk", f"min-tile-flops={flops}")))
+            for n in args.sessions]
     if not args.only_threads:
         jobs += default_jobs(args.sessions, args.barrier_sessions, args.zoo_sessions)
     for label, make in jobs:
