@@ -41,6 +41,7 @@ def check_and_time(directory: Path, args) -> dict:
     from wavec.reference import onnx_stateful_reference
     from wavec.targets.cuda import runtime
     from wavec.targets.cuda.build import build_cubin
+    from wavec.targets.cuda.timeline import phase_rows
 
     profile = wavec.load(directory)
     n = profile.sessions
@@ -65,7 +66,7 @@ def check_and_time(directory: Path, args) -> dict:
     with runtime.CudaSession(profile, cubin=cubin, trace=True) as session:
         for b in range(args.trace_beats):
             session.beat({"input": frames[b]}, reset[b])
-        timeline = phase_timeline(profile, session.read_trace())
+        timeline = phase_rows(profile, session.read_trace())
     return {
         "timeline": timeline,
         "profile": str(directory),
@@ -83,35 +84,12 @@ def check_and_time(directory: Path, args) -> dict:
     }
 
 
-def phase_timeline(profile, trace: np.ndarray) -> list[dict]:
-    """Per phase of the last traced beat: its span (first body start to last body end, us) and the time
-    its tasks spent waiting before their bodies (summed over tasks, us)."""
-    counts = [p["tasks"] for p in profile.meta["phases"]]
-    phase_of_task = np.repeat(np.arange(len(counts)), counts)
-    phase = phase_of_task[profile.payloads["task"]]
-    t = trace.astype(np.int64)
-    t0 = int(t[:, 0].min())
-    rows = []
-    for index, info in enumerate(profile.meta["phases"]):
-        mine = t[phase == index]
-        if not len(mine):
-            continue
-        rows.append({
-            "phase": info["name"], "tasks": int(len(mine)),
-            "start_us": (int(mine[:, 1].min()) - t0) / 1e3,
-            "span_us": (int(mine[:, 2].max()) - int(mine[:, 1].min())) / 1e3,
-            "body_max_us": float((mine[:, 2] - mine[:, 1]).max()) / 1e3,
-            "wait_us": float((mine[:, 1] - mine[:, 0]).sum()) / 1e3,
-        })
-    return rows
-
-
 def print_timeline(row: dict, top: int = 8) -> None:
-    slowest = sorted(row["timeline"], key=lambda r: -r["span_us"])[:top]
+    from wavec.targets.cuda.timeline import format_phases
+
     total = sum(r["span_us"] for r in row["timeline"])
     print(f"  {row['sessions']} sessions: phases sum {total:.1f} us; slowest:")
-    for r in slowest:
-        print(f"    {r['phase']:<22} tasks {r['tasks']:>5}  span {r['span_us']:>8.1f} us  longest body {r['body_max_us']:>8.1f} us")
+    print(format_phases(row["timeline"], top))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,6 +192,16 @@ def test_run_output_errors_are_one_line(tiny_profile, tmp_path, capsys, monkeypa
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("extra, message", [(["--backend", "interp"], "run with --backend cuda"),
+                                            (["--backend", "cuda", "--timeline", "no-such-dir/t.json"], "does not exist")])
+def test_run_timeline_errors_come_before_the_run(tiny_profile, tmp_path, capsys, monkeypatch, extra, message):
+    monkeypatch.chdir(tmp_path)
+    args = ["run", str(tiny_profile), "--inputs", str(_inputs(tmp_path)), "-o", "out.npz", *extra]
+    assert wavec_main(args if "--timeline" in extra else [*args, "--timeline", "t.json"]) == 1
+    assert message in _error(capsys)
+    assert not (tmp_path / "out.npz").exists() and not (tmp_path / "t.json").exists()
+
+
 def test_run_failure_leaves_the_old_output_untouched(tiny_profile, tmp_path, capsys):
     out = tmp_path / "out.npz"
     np.savez(out, y=np.zeros(3))

@@ -512,6 +512,9 @@ class FakeDriver:
     def cuMemcpyDtoHAsync(self, dst, src, n, stream):
         return self.cuMemcpyHtoD(dst, src, n)
 
+    def cuMemcpyDtoH(self, dst, src, n):
+        return self.cuMemcpyHtoD(dst, src, n)
+
     def cuMemHostAlloc(self, n, flags):
         return self.ok, self._buf(n)
 
@@ -549,7 +552,7 @@ class FakeDriver:
         from wavec.opcodes import Arena
         from wavec.targets.interp import Interpreter
 
-        (_pl, _wt, _pa, weights, state, act, inp, out, _ctr, flags_p, epoch_p, in_half, out_half, _trace) = self.args
+        (_pl, _wt, _pa, weights, state, act, inp, out, _ctr, flags_p, epoch_p, in_half, out_half, trace_p) = self.args
         ab = self.profile.meta["arena_bytes"]
 
         def view(addr, n):
@@ -570,6 +573,12 @@ class FakeDriver:
             if flags[codegen.HOST_STOP]:
                 return
             machine.run_beat()
+            if trace_p:  # the stamps of a kernel whose every task waits 1 us per wait slot and runs 2 us
+                rows = len(self.profile.payloads)
+                stamps = np.ctypeslib.as_array((ctypes.c_uint64 * (3 * rows)).from_address(trace_p)).reshape(rows, 3)
+                stamps[:, 0] = _time.perf_counter_ns()
+                stamps[:, 1] = stamps[:, 0] + 1000 * self.profile.payloads["n_waits"]
+                stamps[:, 2] = stamps[:, 1] + 2000
             beat += 1
             epoch[codegen.OUT_EPOCH] = beat
 
@@ -600,6 +609,48 @@ def test_runtime_protocol_against_a_fake_driver(monkeypatch, tmp_path, sessions,
     assert len(lat) == 5
     assert fake.args[11:] == [profile.meta["arena_bytes"]["input"], profile.meta["arena_bytes"]["output"], 0]  # no trace
     assert not fake.kernel.is_alive()  # close() set the stop flag and the "kernel" returned
+
+
+def test_timeline_of_a_fake_kernel_run(monkeypatch, tmp_path):
+    """run_beats' ``timeline`` option runs the kernel traced and reads every beat's stamps back (the fake
+    kernel stamps 1 us of waiting per wait slot and 2 us of body per task)."""
+    pytest.importorskip("wavec.targets.interp")
+    from wavec.targets.cuda.timeline import Timeline
+
+    profile, _ = build_test_profile(sessions=5)
+    profile.meta["phases"] = [{"name": "every task", "tasks": len(profile.payloads)}]  # the hand-built program has none
+    fake = FakeDriver(profile)
+    monkeypatch.setattr(runtime, "_cu", fake)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    frames, reset = random_run(profile, 3)
+    timeline = Timeline()
+    runtime.run_beats(profile, frames, reset, cubin=cubin, timeline=timeline)
+    assert fake.args[13] != 0  # the kernel got a trace buffer
+    rows = len(profile.payloads)
+    assert [b["beat"] for b in timeline.beats] == [0, 1, 2]
+    for beat in timeline.beats:
+        assert beat["busy_us"] == 2.0 * rows
+        assert beat["wait_us"] == 1.0 * int(profile.payloads["n_waits"].sum())
+    assert sum(p["tasks"] for p in timeline.phases) == rows
+
+
+def test_timeline_sums_by_hand():
+    """Three tasks of two phases on 2 workers, stamps in ns (wait begins, body begins, body ends)."""
+    from types import SimpleNamespace
+
+    from wavec.targets.cuda.timeline import beat_summary, phase_rows
+
+    payloads = np.zeros(3, [("task", "<u4")])
+    payloads["task"] = [0, 2, 1]  # rows in worker order; tasks 0 and 1 are phase a's, 2 is b's
+    profile = SimpleNamespace(payloads=payloads, meta={"workers": 2, "phases": [{"name": "a", "tasks": 2},
+                                                                                 {"name": "b", "tasks": 1}]})
+    trace = np.array([[0, 1000, 3000], [500, 4000, 6000], [200, 200, 2200]], np.uint64)
+    assert beat_summary(profile, trace) == {"span_us": 6.0, "busy_us": 6.0, "wait_us": 4.5, "wait_share": 0.375,
+                                            "workers": 2}
+    a, b = phase_rows(profile, trace)
+    assert a == {"phase": "a", "tasks": 2, "start_us": 0.2, "span_us": 2.8, "body_max_us": 2.0, "wait_us": 1.0}
+    assert b == {"phase": "b", "tasks": 1, "start_us": 4.0, "span_us": 2.0, "body_max_us": 2.0, "wait_us": 3.5}
 
 
 def test_runtime_reports_a_kernel_error(monkeypatch, tmp_path):

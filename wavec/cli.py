@@ -4,7 +4,7 @@
                   [--state IN=OUT]... [--pipeline SPEC|FILE.yaml] [--print-ir-after-all]
                   [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx|NAME:PRESET [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
-    wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz
+    wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz [--timeline FILE.json]
     wavec report DIR [--json] [--top N] [--gantt FILE.png] [--compare-relax]
     wavec verify DIR
     wavec payload-layout [--json]
@@ -258,21 +258,42 @@ def cmd_run(args) -> int:
     from wavec.errors import RuntimeBackendError
     from wavec.profile import check_inputs, load
 
+    if args.timeline is not None and args.backend != "cuda":
+        raise WavecError("--timeline: the per-task timeline is the GPU's clock; run with --backend cuda")
     profile = load(args.profile)
     target = _check_output_file(args.output)
     if target.exists() and not zipfile.is_zipfile(target):  # an npz is a zip: never written over another kind
         raise WavecError(f"-o {args.output}: exists and is not an .npz archive; remove it or choose another name")
+    timeline_file = _check_output_file(args.timeline, "--timeline") if args.timeline is not None else None
     arrays = _read_inputs(args.inputs)
     reset = arrays.pop("reset", None)
     try:
         check_inputs(profile, arrays, reset)
     except RuntimeBackendError as e:
         raise RuntimeBackendError(f"{args.inputs}: {e}") from e
-    outputs = profile.run(arrays, backend=args.backend, reset=reset)
+    options = {}
+    if timeline_file is not None:
+        from wavec.targets.cuda.timeline import Timeline
+
+        options["timeline"] = Timeline()
+    outputs = profile.run(arrays, backend=args.backend, reset=reset, **options)
     write_atomically(target, lambda f: np.savez(f, **outputs))
     beats = next(iter(outputs.values())).shape[0] if outputs else 0
     print(f"wrote {target}: {', '.join(outputs)} for {beats} beats x {profile.sessions} sessions ({args.backend})")
+    if timeline_file is not None:
+        _write_timeline(options["timeline"], timeline_file)
     return 0
+
+
+def _write_timeline(timeline, target: Path) -> None:
+    from wavec.targets.cuda.timeline import format_phases, format_summary
+
+    write_atomically(target, lambda f: f.write(json.dumps(timeline.to_json(), indent=1)), binary=False)
+    if timeline.beats:
+        print(format_summary(timeline.beats))
+        print("longest phases of the last beat:")
+        print(format_phases(timeline.phases))
+    print(f"wrote {target}: per beat span, busy and waiting time; the last beat's phases")
 
 
 def cmd_report(args) -> int:
@@ -441,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("interp", "cuda"), default="interp")
     p.add_argument("--inputs", required=True, help="npz: each input [beats, sessions, *frame], optional reset [beats, sessions]")
     p.add_argument("-o", "--output", required=True, help="npz to write: each output [beats, sessions, *shape]")
+    p.add_argument("--timeline", metavar="FILE.json",
+                   help="cuda: run the kernel traced and write, per beat, its span and the time workers spent "
+                        "in bodies and waiting for inputs (us), and the last beat's phases")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="print a profile's report")

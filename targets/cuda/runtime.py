@@ -557,13 +557,19 @@ class CudaSession:
 def run_beats(profile, frames: dict[str, np.ndarray], reset: np.ndarray, **options) -> dict[str, np.ndarray]:
     """Runs ``beats`` beats on the GPU: ``frames[name]`` float32 ``[beats, sessions, *shape]``, ``reset`` bool
     ``[beats, sessions]``; returns each output ``[beats, sessions, *shape]`` (the interpreter's contract).
-    Options: those of `CudaSession`, and ``latencies`` (a list that receives each beat's latency in us)."""
+    Options: those of `CudaSession`, ``latencies`` (a list that receives each beat's latency in us) and
+    ``timeline`` (a `timeline.Timeline` that receives each beat's trace; the kernel then runs traced)."""
     sink = options.pop("latencies", None)
+    timeline = options.pop("timeline", None)
+    if timeline is not None:
+        options["trace"] = True
     beats = int(np.asarray(reset).shape[0])
     results: dict[str, list[np.ndarray]] = {spec["name"]: [] for spec in profile.meta["outputs"]}
     with CudaSession(profile, **options) as session:
         for b in range(beats):
             out = session.beat({name: arr[b] for name, arr in frames.items()}, np.asarray(reset)[b])
+            if timeline is not None:
+                timeline.add(profile, session.read_trace())
             for name, value in out.items():
                 results[name].append(value)
         if sink is not None:
