@@ -174,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         for peer in args.peers:
             systems[peer] = lambda profile, graph=peer == "graph": (lambda: TorchPeerBackend(net, profile.sessions, graph))
     rows, stopped = [], set()
+
+    def save() -> None:  # after every row: a run cut short by a time limit keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps({"model": models[0], "backend": args.backend, "beat_ms": args.beat_ms,
+                                             "runs": args.runs, "beats": args.beats, "rows": rows,
+                                             "density": densities(rows)}, indent=1))
+        if args.png:
+            draw(rows, args.beat_ms, args.png, f"{models[0]}, wavec on {args.backend}")
+
     for profile in profiles:
         frames, reset = workload(profile, args.beats)
         for system, backend_for in systems.items():
@@ -182,20 +191,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row_of(system, profile.sessions,
                                serve_runs(profile, backend_for(profile), frames, reset, args.beat_ms, args.runs)))
             print(json.dumps(rows[-1]), flush=True)
+            save()
             if not rows[-1]["held"]:
                 stopped.add(system)
     print(f"{models[0]}: beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats, wavec on {args.backend}")
     print("system | sessions | late beats | p50 us | p99 us | host lag p99 us | held")
     for r in rows:
         print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['lag_p99_us']} | {r['held']}")
-    held = densities(rows)
-    print("density: " + ", ".join(f"{s} {n:,}" for s, n in held.items()))
-    if args.json:
-        args.json.write_text(json.dumps({"model": models[0], "backend": args.backend, "beat_ms": args.beat_ms,
-                                         "runs": args.runs, "beats": args.beats, "rows": rows, "density": held},
-                                        indent=1))
-    if args.png:
-        draw(rows, args.beat_ms, args.png, f"{models[0]}, wavec on {args.backend}")
+    print("density: " + ", ".join(f"{s} {n:,}" for s, n in densities(rows).items()))
     return 0
 
 
