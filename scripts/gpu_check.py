@@ -111,13 +111,26 @@ def generated_bits_equal(session, profile) -> bool:
     return True
 
 
-def kernel_for(profile, bytecode: bool, cohort_gemm: bool = False) -> str:
+def kernel_for(profile, bytecode: bool, cohort_gemm: bool = False, constants: list[str] = ()) -> str:
     """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies; with
-    ``cohort_gemm``, with the cohort GEMM body switched on (codegen.with_cohort_gemm)."""
+    ``cohort_gemm``, with the cohort GEMM body switched on (codegen.with_cohort_gemm); ``constants``:
+    ``NAME=VALUE`` settings of the kernel's constexpr switches (codegen.with_constant)."""
     from wavec.targets.cuda import codegen, runtime
 
     source = codegen.generate_kernel({**profile.meta, "ewise_bodies": []}) if bytecode else runtime.kernel_source(profile)
-    return codegen.with_cohort_gemm(source) if cohort_gemm else source
+    source = codegen.with_cohort_gemm(source) if cohort_gemm else source
+    for setting in constants:
+        name, _, value = setting.partition("=")
+        source = codegen.with_constant(source, name, value)
+    return source
+
+
+def constant_setting(text: str) -> str:
+    """argparse type of --set: NAME=VALUE, VALUE a C++ literal (true, false or an integer)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier() or not (value in ("true", "false") or value.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=VALUE, VALUE true, false or an integer")
+    return text
 
 
 def check_profile(label: str, profile, args) -> dict:
@@ -128,7 +141,7 @@ def check_profile(label: str, profile, args) -> dict:
     row = {"profile": label, "sessions": profile.sessions, "workers": int(profile.meta["workers"]),
            "tasks": int(len(profile.payloads))}
     t0 = time.perf_counter()
-    source = kernel_for(profile, args.bytecode, args.cohort_gemm)
+    source = kernel_for(profile, args.bytecode, args.cohort_gemm, args.set)
     row["tvm"] = generated_ewise(profile, source)
     cubin = build_cubin(source)
     row["build_s"] = round(time.perf_counter() - t0, 2)
@@ -202,7 +215,7 @@ def prebuild(jobs: list, args) -> dict:
             profiles[label] = make()
         except Exception as e:  # noqa: BLE001 - check_profile's loop reports it
             profiles[label] = e
-    sources = [kernel_for(p, args.bytecode, args.cohort_gemm) for p in profiles.values() if not isinstance(p, Exception)]
+    sources = [kernel_for(p, args.bytecode, args.cohort_gemm, args.set) for p in profiles.values() if not isinstance(p, Exception)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for future in [pool.submit(build_cubin, src) for src in sources]:
             future.exception()  # a failed build fails again, with its message, in check_profile
@@ -225,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="switch each kernel's cohort GEMM body on (off by default; codegen.with_cohort_gemm)")
     ap.add_argument("--bytecode", action="store_true",
                     help="regenerate each kernel without its generated EWISE bodies (the bytecode interpreter runs them)")
+    ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
+                    help="set a constexpr switch of each kernel, for an A/B of a body variant (e.g. kConvUnroll=2)")
     args = ap.parse_args(argv)
     _import_wavec()
     from wavec.profile import load

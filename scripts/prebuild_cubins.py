@@ -2,7 +2,7 @@
 """Builds each profile's kernel here, into the nvcc build cache the GPU machine will read, so its device
 time goes to running, not compiling (about 10 s of nvcc per kernel).
 
-    WAVEC_CUBIN_CACHE=.device/cubin python3 scripts/prebuild_cubins.py .device/vad-1 .device/zoo-duplex ...
+    WAVEC_CUBIN_CACHE=.device/cubin python3 scripts/prebuild_cubins.py .device/vad-1 .device/zoo-duplex ... [--set NAME=VALUE]
 
 The kernel is the one `scripts/gpu_check.py` and the benches build (the profile's kernel.cu, its generated
 EWISE bodies included), so the cache key matches there as long as nvcc's version does (cuda 13.0.88 on
@@ -21,14 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build(directory: Path) -> str:
+def build(directory: Path, constants: list[str] = ()) -> str:
     from gpu_check import kernel_for
 
     from wavec.profile import load
     from wavec.targets.cuda import build as nvcc
 
     t0 = time.perf_counter()
-    cubin = nvcc.build_cubin(kernel_for(load(directory), False))
+    cubin = nvcc.build_cubin(kernel_for(load(directory), False, constants=constants))
     report = " ".join(line.strip() for line in nvcc.build_report(cubin).splitlines() if "spill" in line or "registers" in line)
     return f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}; {report}"
 
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="+", type=Path)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc builds")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="build the kernels with this constexpr switch set, as gpu_check.py --set runs them")
     args = ap.parse_args(argv)
     if not os.environ.get("WAVEC_CUBIN_CACHE"):
         sys.exit("scripts/prebuild_cubins.py: set WAVEC_CUBIN_CACHE to the carried folder (e.g. .device/cubin)")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     for skipped in sorted(set(args.profiles) - set(profiles)):
         print(f"{skipped}: skipped, not a profile (no profile.json)", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for line in pool.map(build, profiles):
+        for line in pool.map(lambda p: build(p, args.set), profiles):
             print(line, flush=True)
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -363,6 +364,26 @@ def test_the_cohort_gemm_is_off_unless_switched_on():
     source = codegen.generate_kernel(profile.meta)
     assert codegen.COHORT_GEMM_SWITCH.format("false") in source
     assert codegen.COHORT_GEMM_SWITCH.format("true") in codegen.with_cohort_gemm(source)
+
+
+def test_a_kernel_switch_is_set_by_name_and_an_unknown_one_refused():
+    """codegen.with_constant, the A/B switch of scripts/gpu_check.py --set."""
+    import argparse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from gpu_check import constant_setting
+
+    profile, _ = build_test_profile()
+    source = codegen.generate_kernel(profile.meta)
+    assert "constexpr int kConvUnroll = 4;" in source
+    assert "constexpr int kConvUnroll = 2;" in codegen.with_constant(source, "kConvUnroll", "2")
+    assert "constexpr bool kCohortGemm = true;" in codegen.with_constant(source, "kCohortGemm", "true")
+    with pytest.raises(ValueError, match="kNoSuchSwitch"):
+        codegen.with_constant(source, "kNoSuchSwitch", "true")
+    assert constant_setting("kConvUnroll=2") == "kConvUnroll=2"
+    for bad in ("kCohortGemm", "kCohortGemm=maybe", "2x=true"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            constant_setting(bad)
 
 
 @pytest.mark.gpu

@@ -158,6 +158,16 @@ def ewise_generated_source(meta: dict) -> str:
 COHORT_GEMM_SWITCH = "constexpr bool kCohortGemm = {};"
 
 
+def with_constant(source: str, name: str, value: str) -> str:
+    """``source`` (a generated kernel) with its ``constexpr bool|int NAME`` set to ``value``: the A/B switch of
+    a body variant (scripts/gpu_check.py --set). Raises ValueError when the kernel has no such constant."""
+    pattern = re.compile(rf"constexpr (bool|int) {re.escape(name)} = [^;]+;")
+    out, n = pattern.subn(lambda m: f"constexpr {m.group(1)} {name} = {value};", source, count=1)
+    if n != 1:
+        raise ValueError(f"the kernel has no constexpr bool or int named {name!r}")
+    return out
+
+
 def with_cohort_gemm(source: str) -> str:
     """``source`` (a generated kernel, generated bodies and all) with the cohort GEMM body switched on.
 
@@ -165,7 +175,7 @@ def with_cohort_gemm(source: str) -> str:
     alone (bench/gemm.py) the body is 2.1x to 8.9x faster than the generic one, but carrying it slows whole
     models' other phases (Silero at 64 sessions 381.9 -> 441.7 us, its conv phases; duplex:1b 40.0 ->
     65.7 ms at 1 session, 16.7 -> 92.3 ms at 8) for a reason not yet found."""
-    return source.replace(COHORT_GEMM_SWITCH.format("false"), COHORT_GEMM_SWITCH.format("true"), 1)
+    return with_constant(source, "kCohortGemm", "true")
 
 
 def block_threads(profile_meta: dict) -> int:
