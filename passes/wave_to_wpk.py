@@ -7,7 +7,9 @@ Each compute op becomes one `wpk.phase` of tasks; a task is one tile: a range of
 one session's output elements, sized so that an op spreads over `workers` tasks when its work allows
 (never tiles under `min-tile-elems` elements or `min-tile-flops` FLOPs per session, so a copy stays
 whole while a convolution's few outputs of hundreds of taps each spread over many SMs). Data movement (slice, transpose, concat, broadcast, copies)
-becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op.
+becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op. A slice that
+selects a contiguous block, or that only elementwise ops read, is no task at all: the block's offset, or
+the strided view those ops read through.
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
 order, the output copies, then the state writes (after every read of the old state).
 Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
@@ -55,23 +57,33 @@ def align(nbytes: int, to: int = ALIGN) -> int:
 @dataclass(frozen=True)
 class Loc:
     """Where a value lives: buffer, element offset inside one session's slice, and the value's full type
-    shape (cohort axis first when `per_session`)."""
+    shape (cohort axis first when `per_session`); ``view``: its element strides over that shape when it is
+    a strided view of another value's buffer (a wave.slice folded into its elementwise users), None when
+    it is stored contiguously."""
 
     buffer: str
     offset: int
     shape: tuple[int, ...]
     per_session: bool
+    view: tuple[int, ...] | None = None
 
     @property
     def session_shape(self) -> tuple[int, ...]:
         return self.shape[1:] if self.per_session else self.shape
 
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides over the full shape; 0 along the cohort axis (sessions are a slot apart)."""
+        if self.view is not None:
+            return self.view
+        own = contiguous_strides(self.session_shape)
+        return ((0,) + own) if self.per_session else own
+
 
 def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tuple[int, ...]:
     """Element strides that read `loc` broadcast (right-aligned) to the iteration shape `full`, with the
     cohort axis dropped when the iteration is per session."""
-    own = contiguous_strides(loc.session_shape)
-    own = ((0,) + own) if loc.per_session else own
+    own = loc.strides
     pad = len(full) - len(loc.shape)
     strides = []
     for d, size in enumerate(full):
@@ -95,37 +107,64 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple
     ]
 
 
-def weight_gemm_tiles(sessions: int, rows: int, cols: int, k: int, workers: int,
-                      min_cols: int) -> list[tuple[int, int, int, int]]:
-    """(s0, s1, e0, e1) tiles of a MATMUL whose b is one weight shared by the cohort: each tile is a range of
-    sessions times a column range of one output row (columns in multiples of GEMM_COLS, never under
-    ``min_cols``), so a task reads its K x columns weight slice once for all its sessions.
-
-    The split minimizes waves x bytes per tile: a tile of s sessions and c columns reads 4·K·(c + s) bytes
-    (its weight slice and its sessions' rows of a) and writes 4·s·c; waves = ceil(tiles / workers). Splitting
-    only sessions reads the whole weight once per tile; splitting only columns reads every session's row
-    of a once per tile; the best split balances the two. Rows beyond the workers fall back to whole rows."""
-    if rows > workers:
-        return [(s0, s1, r0 * cols, r1 * cols) for s0, s1, r0, r1 in tiles(sessions, rows, workers, 1)]
-    units = math.ceil(cols / GEMM_COLS)
-    min_units = max(1, math.ceil(min_cols / GEMM_COLS))
+def _shared_weight_split(sessions: int, units: int, min_units: int, groups: int, workers: int,
+                         unit_bytes: int, session_bytes: int, out_bytes: int) -> tuple[int, int]:
+    """(sessions, units) per tile for an op whose weights the cohort shares, its output split into ``groups``
+    independent rows of ``units`` units each. A tile of s sessions and u units reads ``u * unit_bytes`` of
+    weights and ``s * session_bytes`` of its sessions' inputs and writes ``s * u * out_bytes``; the split
+    minimizes waves x bytes per tile (waves = ceil(tiles / workers)), then the tile count. Splitting only
+    sessions reads the whole weight once per tile; splitting only units reads every session's input once
+    per tile; the best split balances the two."""
     best = None
     for s_chunks in range(1, min(sessions, workers) + 1):
         s_per = math.ceil(sessions / s_chunks)
         n_s = math.ceil(sessions / s_per)
-        c_chunks = max(1, min(units // min_units, workers // (n_s * rows)))
-        c_per = math.ceil(units / c_chunks) * GEMM_COLS
-        n_tiles = n_s * rows * math.ceil(cols / c_per)
-        cost = (math.ceil(n_tiles / workers) * 4 * (k * (c_per + s_per) + s_per * c_per), n_tiles)
+        u_chunks = max(1, min(units // min_units, workers // (n_s * groups)))
+        u_per = math.ceil(units / u_chunks)
+        n_tiles = n_s * groups * math.ceil(units / u_per)
+        cost = (math.ceil(n_tiles / workers) * (u_per * unit_bytes + s_per * session_bytes + s_per * u_per * out_bytes),
+                n_tiles)
         if best is None or cost < best[0]:
-            best = (cost, s_per, c_per)
-    _, s_per, c_per = best
+            best = (cost, s_per, u_per)
+    return best[1], best[2]
+
+
+def weight_gemm_tiles(sessions: int, rows: int, cols: int, k: int, workers: int,
+                      min_cols: int) -> list[tuple[int, int, int, int]]:
+    """(s0, s1, e0, e1) tiles of a MATMUL whose b is one weight shared by the cohort: each tile is a range of
+    sessions times a column range of one output row (columns in multiples of GEMM_COLS, never under
+    ``min_cols``), so a task reads its K x columns weight slice once for all its sessions
+    (`_shared_weight_split`: a unit is GEMM_COLS columns, 4·K·GEMM_COLS bytes of weight; a session reads
+    its row of a, 4·K bytes). Rows beyond the workers fall back to whole rows."""
+    if rows > workers:
+        return [(s0, s1, r0 * cols, r1 * cols) for s0, s1, r0, r1 in tiles(sessions, rows, workers, 1)]
+    units = math.ceil(cols / GEMM_COLS)
+    s_per, u_per = _shared_weight_split(sessions, units, max(1, math.ceil(min_cols / GEMM_COLS)), rows, workers,
+                                        4 * k * GEMM_COLS, 4 * k, 4 * GEMM_COLS)
+    c_per = u_per * GEMM_COLS
     return [
         (s, min(s + s_per, sessions), r * cols + c, r * cols + min(c + c_per, cols))
         for s in range(0, sessions, s_per)
         for r in range(rows)
         for c in range(0, cols, c_per)
     ]
+
+
+def weight_conv_tiles(sessions: int, params: ConvParams, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+    """(s0, s1, e0, e1) tiles of a CONV whose weights the cohort shares: a range of sessions times whole
+    output channels (a unit is one channel of one image: its ``prod(out_sp)`` outputs and its
+    4·(c_in / group)·prod(kernel) weight bytes; a session reads its group's input, 4·(c_in / group)·prod(in_sp)
+    bytes), split by `_shared_weight_split`. Before it, a cohort of fewer sessions than workers got one
+    session a tile, each reading its channels' weights for that session alone."""
+    per_channel = math.prod(params.out_sp)
+    units = params.batch * params.c_out
+    cg = params.c_in // params.group
+    s_per, u_per = _shared_weight_split(
+        sessions, units, max(1, math.ceil(min_elems / per_channel)), 1, workers,
+        4 * cg * math.prod(params.kernel), 4 * cg * math.prod(params.in_sp), 4 * per_channel)
+    e_per, elems = u_per * per_channel, units * per_channel
+    return [(s, min(s + s_per, sessions), e, min(e + e_per, elems))
+            for s in range(0, sessions, s_per) for e in range(0, elems, e_per)]
 
 
 def _user_shape(shape: tuple[int, ...], cohort_axis: int) -> list[int]:
@@ -190,6 +229,8 @@ class _Lowering:
         if isinstance(params, MatmulParams) and not ins[1].per_session:
             cols = params.shape[-1]
             return weight_gemm_tiles(sessions, params.n_elems // cols, cols, params.k, self.workers, min_elems)
+        if isinstance(params, ConvParams) and not ins[1].per_session:
+            return weight_conv_tiles(sessions, params, self.workers, min_elems)
         return tiles(sessions, params.n_elems, self.workers, min_elems)
 
     def ewise_part(self, expr: str, ins: list[Loc], out: Loc, shape: tuple[int, ...]) -> tuple:
@@ -280,9 +321,7 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) ->
     k = wave.shape_of(op.a)[-1]
 
     def operand_strides(loc: Loc, role: str) -> tuple[int, ...]:
-        own = contiguous_strides(loc.session_shape)
-        own = ((0,) + own) if loc.per_session else own
-        return _matmul_operand_strides(own, loc.shape, full, ps, role)
+        return _matmul_operand_strides(loc.strides, loc.shape, full, ps, role)
 
     params = MatmulParams(
         shape=out.session_shape,
@@ -323,8 +362,7 @@ def _lower_conv(lw: _Lowering, op: wave.ConvOp, ins: list[Loc], out: Loc) -> tup
 def _lower_reduce(lw: _Lowering, op: wave.ReduceOp, x: Loc, out: Loc) -> tuple:
     axes = tuple(op.axes.get_values())
     keep = op.keepdims.value.data
-    own = contiguous_strides(x.session_shape)
-    own = ((0,) + own) if x.per_session else own
+    own = x.strides
     kept = [d for d in range(len(x.shape)) if keep or d not in axes]
     in_strides = [0 if d in axes else own[d] for d in kept]
     ps = out.per_session
@@ -357,24 +395,44 @@ def _concat_parts(lw: _Lowering, op: wave.ConcatOp, ins: list[Loc], out: Loc) ->
     return parts
 
 
-def _slice_part(lw: _Lowering, op: wave.SliceOp, x: Loc, out: Loc) -> tuple:
-    own = contiguous_strides(x.session_shape)
-    own = ((0,) + own) if x.per_session else own
+def slice_view(op: wave.SliceOp, x: Loc) -> Loc:
+    """The slice of ``x`` as a strided view of x's buffer: no copy."""
     starts, steps = op.starts.get_values(), op.steps.get_values()
-    view = tuple(s * st for s, st in zip(own, steps))
-    offset = sum(s0 * s for s0, s in zip(starts, own))
+    offset = sum(s0 * s for s0, s in zip(starts, x.strides))
+    view = tuple(s * st for s, st in zip(x.strides, steps))
+    return Loc(x.buffer, x.offset + offset, wave.shape_of(op.result), x.per_session, view)
+
+
+def as_block(view: Loc) -> Loc | None:
+    """``view`` as a contiguous location (a block of its buffer at an offset: any op reads it, like a
+    reshape's), or None when its elements are not laid out contiguously."""
+    block = Loc(view.buffer, view.offset, view.shape, view.per_session)
+    first = 1 if view.per_session else 0  # the cohort axis: sessions are a slot apart either way
+    if all(a == b for a, b, size in zip(view.strides[first:], block.strides[first:], view.shape[first:]) if size > 1):
+        return block
+    return None
+
+
+def folds_into_users(op: wave.SliceOp) -> bool:
+    """A slice read only by wave.ewise ops is lowered as a view they read through (their EWISE tasks take
+    any strides), not as a copy phase: one phase and one handoff fewer (Silero's STFT magnitude reads the
+    two halves of the conv's output; its LSTM cell, the four gates of one matmul)."""
+    return all(isinstance(use.operation, wave.EwiseOp) for use in op.result.uses)
+
+
+def _slice_part(lw: _Lowering, op: wave.SliceOp, x: Loc, out: Loc) -> tuple:
+    view = slice_view(op, x)
     params = EwiseParams(
         shape=out.session_shape,
         out_strides=contiguous_strides(out.session_shape),
-        in_strides=(view[1:] if out.per_session else view,),
+        in_strides=(view.strides[1:] if out.per_session else view.strides,),
         code=tuple(compile_expr(parse_expr("%0"))),
     )
-    return params, [Loc(x.buffer, x.offset + offset, x.shape, x.per_session)], out
+    return params, [view], out
 
 
 def _transpose_part(lw: _Lowering, op: wave.TransposeOp, x: Loc, out: Loc) -> tuple:
-    own = contiguous_strides(x.session_shape)
-    own = ((0,) + own) if x.per_session else own
+    own = x.strides
     view = tuple(own[p] for p in op.perm.get_values())
     params = EwiseParams(
         shape=out.session_shape,
@@ -432,6 +490,12 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         src = lw.loc(op.x, op)
         lw.locs[op.result] = Loc(src.buffer, src.offset, wave.shape_of(op.result), src.per_session)
         return
+    if isinstance(op, wave.SliceOp):
+        view = slice_view(op, lw.loc(op.x, op))
+        block = as_block(view)
+        if block is not None or folds_into_users(op):
+            lw.locs[op.result] = block or view
+            return
     ins = [lw.loc(v, op) for v in op.operands]
     out = lw.act(op.result)
     lw.locs[op.result] = out

@@ -1,5 +1,6 @@
 """wave-to-wpk's tiling of a weight MATMUL (weight_gemm_tiles): every output exactly once, column bounds on
-GEMM_COLS, at most one wave of tiles, and the split of least bytes per tile among all session x column splits."""
+GEMM_COLS, at most one wave of tiles, and the split of least bytes per tile among all session x column splits;
+and of a weight CONV (weight_conv_tiles): whole channels, several sessions a tile when the cohort is small."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from wavec.opcodes import GEMM_COLS
-from wavec.passes.wave_to_wpk import weight_gemm_tiles
+from wavec.opcodes import GEMM_COLS, ConvParams
+from wavec.passes.wave_to_wpk import tiles, weight_conv_tiles, weight_gemm_tiles
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
     (1, 1, 2048, 2048, 132, 8),
@@ -61,3 +62,53 @@ def test_one_session_splits_columns_and_a_large_cohort_balances():
     big = weight_gemm_tiles(1024, 1, 2048, 2048, 132, 8)
     s_per, c_per = big[0][1] - big[0][0], big[0][3] - big[0][2]
     assert 1 < s_per < 1024 and 16 < c_per < 2048  # neither extreme
+
+
+def conv(c_in, c_out, length, k, stride=1, batch=1, group=1):
+    out = (length + 2 * (k // 2) - k) // stride + 1
+    return ConvParams(batch=batch, c_in=c_in, c_out=c_out, group=group, has_bias=1, in_sp=(length,), out_sp=(out,),
+                      kernel=(k,), stride=(stride,), pad_begin=(k // 2,), dilation=(1,))
+
+
+CONV_CASES = [  # sessions, params (Silero's STFT and first encoder conv, a batched and a grouped one), workers
+    (1, conv(1, 258, 640, 256, stride=128), 132),
+    (64, conv(1, 258, 640, 256, stride=128), 132),
+    (64, conv(129, 128, 4, 3), 132),
+    (1024, conv(129, 128, 4, 3), 132),
+    (16384, conv(129, 128, 4, 3), 132),
+    (5, conv(8, 6, 10, 3, batch=2), 7),
+    (9, conv(8, 8, 12, 3, group=4), 16),
+]
+
+
+def conv_bytes(tile, params):
+    """What the tiling's model says a CONV tile moves: its channels' weights, its sessions' input, its output."""
+    s0, s1, e0, e1 = tile
+    cg, per_channel = params.c_in // params.group, math.prod(params.out_sp)
+    channels = math.ceil((e1 - e0) / per_channel)
+    return 4 * (channels * cg * math.prod(params.kernel) + (s1 - s0) * cg * math.prod(params.in_sp) + (s1 - s0) * (e1 - e0))
+
+
+@pytest.mark.parametrize("sessions, params, workers", CONV_CASES)
+def test_conv_tiles_cover_every_output_once_in_whole_channels(sessions, params, workers):
+    per_channel = math.prod(params.out_sp)
+    seen = np.zeros((sessions, params.n_elems), np.int64)
+    for s0, s1, e0, e1 in weight_conv_tiles(sessions, params, workers, 8):
+        seen[s0:s1, e0:e1] += 1
+        assert e0 % per_channel == 0 and (e1 % per_channel == 0 or e1 == params.n_elems)
+    assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("sessions, params, workers", [c for c in CONV_CASES if 1 < c[0] < c[2]])
+def test_a_small_cohort_shares_each_weight_read_among_sessions(sessions, params, workers):
+    """Fewer sessions than workers: the session-first split gave every tile one session, each reading its
+    channels' weights alone; the weight split moves fewer bytes per wave and puts several sessions in a tile."""
+    got = weight_conv_tiles(sessions, params, workers, 8)
+    old = tiles(sessions, params.n_elems, workers, 8)
+    assert {t[1] - t[0] for t in old} == {1}
+    assert max(t[1] - t[0] for t in got) > 1
+
+    def per_wave(ts):
+        return math.ceil(len(ts) / workers) * max(conv_bytes(t, params) for t in ts)
+
+    assert per_wave(got) < per_wave(old)

@@ -50,6 +50,60 @@ builtin.module attributes {wave.cohort = 64 : i64} {
 
 // -----
 
+// A slice read only by elementwise ops is no task: the ewise reads x through it, at the slice's element
+// offset (the imaginary half starts 4 x 4 = 16 elements in) and strides. Silero's STFT magnitude is this.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @stft_magnitude() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x8x4xf32>
+    %re = wave.slice %x {starts = array<i64: 0, 0, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x8x4xf32>) -> tensor<2x4x4xf32>
+    %im = wave.slice %x {starts = array<i64: 0, 4, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x8x4xf32>) -> tensor<2x4x4xf32>
+    %m = wave.ewise "sqrt(add(mul(%0, %0), mul(%1, %1)))"(%re, %im) : (tensor<2x4x4xf32>, tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+    wave.output "m", %m {cohort_axis = 0 : i64} : tensor<2x4x4xf32>
+    func.return
+  }
+}
+// CHECK-NOT:   wpk.phase "slice
+// CHECK:       wpk.phase "ewise_3"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x", "in.x"], input_offsets = array<i64: 0, 16>,
+
+// -----
+
+// A slice of whole rows is a contiguous block of x: any op reads it in place, at its offset (row 1 of 8
+// words), as it reads a reshape. Silero's LSTM reads its state's two halves so.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @rows_block() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x4x8xf32>
+    %w = wave.weight "w" : tensor<8x8xf32>
+    %r = wave.slice %x {starts = array<i64: 0, 1, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x4x8xf32>) -> tensor<2x2x8xf32>
+    %y = wave.matmul %r, %w : (tensor<2x2x8xf32>, tensor<8x8xf32>) -> tensor<2x2x8xf32>
+    wave.output "y", %y {cohort_axis = 0 : i64} : tensor<2x2x8xf32>
+    func.return
+  }
+}
+// CHECK-NOT:   wpk.phase "slice
+// CHECK:       wpk.phase "matmul_3"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.x", "w.w"], input_offsets = array<i64: 8, 0>,
+
+// -----
+
+// A conv whose weight the cohort shares is tiled like the weight matmul: sessions x whole output channels
+// (6 outputs each). Splitting only sessions would give 2 tiles of 1 session, each reading all 64 channels'
+// weights (64 x 16 x 5 words); the split of least bytes per wave keeps both sessions in each of 4 tiles of
+// 16 channels: each weight word is read once for the cohort.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @conv_cohort() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x16x6xf32>
+    %w = wave.weight "w" : tensor<64x16x5xf32>
+    %y = wave.conv %x, %w {strides = array<i64: 1>, pads = array<i64: 2, 2>, dilations = array<i64: 1>, group = 1 : i64} : tensor<2x16x6xf32>, tensor<64x16x5xf32> -> tensor<2x64x6xf32>
+    wave.output "y", %y {cohort_axis = 0 : i64} : tensor<2x64x6xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "conv_2"
+// CHECK-NEXT:    wpk.tasks "conv" {{.*}}sessions = array<i64: 0, 2, 0, 2, 0, 2, 0, 2>, elems = array<i64: 0, 96, 96, 192, 192, 288, 288, 384>}
+
+// -----
+
 // Without the cohort axis the lowering cannot lay out session slots.
 func.func @not_batched() {
   %x = wave.input "x" : tensor<4xf32>

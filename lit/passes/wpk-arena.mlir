@@ -23,19 +23,22 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
-// Tile granularity: `a`'s low half is dead once `lo` copied it, so `hi` (written by the next phase, while
-// `a`'s high half is still read) takes those bytes: 768 bytes per session (the lower bound at tile
-// granularity), where whole-buffer liveness (granularity=op) keeps all of `a` until `hi` is written: 1024.
-// granularity=auto (the default) runs tile while one session's activations hold at most max-tile-words
-// words (these hold 320: at max-tile-words=255 it falls back to op).
+// Tile granularity: `a`'s low half is dead once `lo` (sin of it) is computed, so `hi` (cos of the high
+// half, written by the next phase, while that half is still read) takes those bytes: 768 bytes per session
+// (the lower bound at tile granularity), where whole-buffer liveness (granularity=op) keeps all of `a`
+// until `hi` is written: 1024. (The halves themselves are no buffers: a slice of a contiguous block is
+// read in place.) granularity=auto (the default) runs tile while one session's activations hold at most
+// max-tile-words words (these hold 320: at max-tile-words=255 it falls back to op).
 // wpk-schedule orders `hi`'s writer after `lo`'s reader of those bytes (write-after-read); wpk-verify, in the
 // first RUN's pipeline, proves the program race-free.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @tile_recycles_consumed_slices() {
     %x = wave.input "x" : tensor<2x128xf32>
     %a = wave.ewise "exp(%0)"(%x) : (tensor<2x128xf32>) -> tensor<2x128xf32>
-    %lo = wave.slice %a {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : (tensor<2x128xf32>) -> tensor<2x64xf32>
-    %hi = wave.slice %a {starts = array<i64: 0, 64>, steps = array<i64: 1, 1>} : (tensor<2x128xf32>) -> tensor<2x64xf32>
+    %a_lo = wave.slice %a {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : (tensor<2x128xf32>) -> tensor<2x64xf32>
+    %a_hi = wave.slice %a {starts = array<i64: 0, 64>, steps = array<i64: 1, 1>} : (tensor<2x128xf32>) -> tensor<2x64xf32>
+    %lo = wave.ewise "sin(%0)"(%a_lo) : (tensor<2x64xf32>) -> tensor<2x64xf32>
+    %hi = wave.ewise "cos(%0)"(%a_hi) : (tensor<2x64xf32>) -> tensor<2x64xf32>
     %d = wave.ewise "mul(%0, %1)"(%lo, %hi) : (tensor<2x64xf32>, tensor<2x64xf32>) -> tensor<2x64xf32>
     wave.output "d", %d : tensor<2x64xf32>
     func.return
