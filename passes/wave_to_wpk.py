@@ -8,10 +8,11 @@ one session's output elements, sized so that an op spreads over `workers` tasks 
 (never tiles under `min-tile-elems` elements or `min-tile-flops` FLOPs per session, so a copy stays
 whole while a convolution's few outputs of hundreds of taps each spread over many SMs). Data movement (slice, transpose, concat, broadcast, copies)
 becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op. A slice that
-selects a contiguous block, or that only elementwise ops read, is no task at all: the block's offset, or
-the strided view those ops read through.
+selects a contiguous block, or that only elementwise ops and copies (concat, outputs, state writes) read,
+is no task at all: the block's offset, or the strided view those ops read through.
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
-order, the output copies, then the state writes (after every read of the old state).
+order, the output copies, then the state writes (after every read of the old state; a new value that is
+itself an old state is copied out during the graph, since the writes run one after another).
 Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
 """
 
@@ -197,7 +198,10 @@ class _Lowering:
 
     def act(self, value: SSAValue) -> Loc:
         per_session = any(self.locs[v].per_session for v in value.owner.operands)
-        return self.buffer(f"t{len(self.buffers)}", "act", "act", wave.shape_of(value), per_session)
+        return self.act_buffer(wave.shape_of(value), per_session)
+
+    def act_buffer(self, shape, per_session: bool) -> Loc:
+        return self.buffer(f"t{len(self.buffers)}", "act", "act", shape, per_session)
 
     def reset_flags(self, rank: int) -> Loc:
         """The per-session reset flag, shaped to broadcast against a rank-`rank` cohort value."""
@@ -413,11 +417,16 @@ def as_block(view: Loc) -> Loc | None:
     return None
 
 
+# Users whose tasks are EWISE over strided views (elementwise ops; concat, output and state-write copies)
+# or that compose views (a slice of a slice): they read a slice through its view as well as through a copy.
+VIEW_READERS = (wave.EwiseOp, wave.ConcatOp, wave.OutputOp, wave.StateWriteOp, wave.SliceOp)
+
+
 def folds_into_users(op: wave.SliceOp) -> bool:
-    """A slice read only by wave.ewise ops is lowered as a view they read through (their EWISE tasks take
-    any strides), not as a copy phase: one phase and one handoff fewer (Silero's STFT magnitude reads the
-    two halves of the conv's output; its LSTM cell, the four gates of one matmul)."""
-    return all(isinstance(use.operation, wave.EwiseOp) for use in op.result.uses)
+    """A slice read only by VIEW_READERS is lowered as a view they read through, not as a copy phase: one
+    phase and one handoff fewer (Silero's STFT magnitude reads the two halves of the conv's output; its
+    LSTM cell, the four gates of one matmul; its reflection pad, the reversed frame edge)."""
+    return all(isinstance(use.operation, VIEW_READERS) for use in op.result.uses)
 
 
 def _slice_part(lw: _Lowering, op: wave.SliceOp, x: Loc, out: Loc) -> tuple:
@@ -554,8 +563,15 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
     elif isinstance(op, wave.StateWriteOp):
         src, dst = lw.loc(op.value, op), lw.buffers[f"s.{op.sym}"]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
-        if src != dst_loc:
-            lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, [lw.copy_part(src, dst_loc)]))
+        if src == dst_loc:
+            return True
+        if lw.buffers[src.buffer].arena.data == "state":
+            # The new value is (a view of) an old state, its own or another's: the state writes run after
+            # the graph, one after another, so copy it out during the graph, before any of them writes over it.
+            held = lw.act_buffer(wave.shape_of(op.value), per_session=True)
+            lw.phases.append(lw.phase(f"state_hold_{op.sym}", op.name, [lw.copy_part(src, held)]))
+            src = held
+        lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, [lw.copy_part(src, dst_loc)]))
     else:
         return False
     return True

@@ -68,6 +68,25 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
+// A concat copies its parts through strided views, so it reads a reversed slice in place too: Silero's
+// reflection pad (the frame with its edge mirrored) is one phase, the edge's part reading x from
+// element 6 at stride -1.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @reflect_pad() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x8xf32>
+    %edge = wave.slice %x {starts = array<i64: 0, 6>, steps = array<i64: 1, -1>} : (tensor<2x8xf32>) -> tensor<2x3xf32>
+    %p = wave.concat %x, %edge {axis = 1 : i64} : (tensor<2x8xf32>, tensor<2x3xf32>) -> tensor<2x11xf32>
+    wave.output "p", %p {cohort_axis = 0 : i64} : tensor<2x11xf32>
+    func.return
+  }
+}
+// CHECK-NOT:   wpk.phase "slice
+// CHECK:       wpk.phase "concat_2"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], input_offsets = array<i64: 0>,
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], input_offsets = array<i64: 6>, {{.*}}params = array<i64: 1, 1, 3, 1, 1, -1,
+
+// -----
+
 // A slice of whole rows is a contiguous block of x: any op reads it in place, at its offset (row 1 of 8
 // words), as it reads a reshape. Silero's LSTM reads its state's two halves so.
 builtin.module attributes {wave.cohort = 2 : i64} {
@@ -101,6 +120,29 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 }
 // CHECK-LABEL: wpk.phase "conv_2"
 // CHECK-NEXT:    wpk.tasks "conv" {{.*}}sessions = array<i64: 0, 2, 0, 2, 0, 2, 0, 2>, elems = array<i64: 0, 96, 96, 192, 192, 288, 288, 384>}
+
+// -----
+
+// Two states swapped: the state writes run after the graph, one after another, so a new value that is an
+// old state is held in an activation during the graph; otherwise `b`'s write would read `a` already
+// overwritten with `b`.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @swap_states() {
+    %a = wave.state "a" {cohort_axis = 0 : i64} : tensor<2x4xf32>
+    %b = wave.state "b" {cohort_axis = 0 : i64} : tensor<2x4xf32>
+    wave.state_write "a", %b : tensor<2x4xf32>
+    wave.state_write "b", %a : tensor<2x4xf32>
+    func.return
+  }
+}
+// CHECK:       wpk.phase "state_hold_a"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.b"], input_offsets = array<i64: 0>, output = "[[HB:t[0-9]+]]"
+// CHECK:       wpk.phase "state_hold_b"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.a"], input_offsets = array<i64: 0>, output = "[[HA:t[0-9]+]]"
+// CHECK:       wpk.phase "state_write_a"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[HB]]"], {{.*}}output = "s.a"
+// CHECK:       wpk.phase "state_write_b"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[HA]]"], {{.*}}output = "s.b"
 
 // -----
 
