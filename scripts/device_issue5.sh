@@ -19,7 +19,14 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-[ ${#parts[@]} -gt 0 ] || { echo "usage: $0 check|timeline|ab=NAME=VALUE|peers|density ... [-- OUTDIR]" >&2; exit 2; }
+usage="usage: $0 check|timeline|ab=NAME=VALUE|peers|density ... [-- OUTDIR]"
+[ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
+for part in "${parts[@]}"; do  # every part checked before the first one runs
+  case $part in
+  check | timeline | peers | density | ab=?*=?*) ;;
+  *) echo "unknown part $part; $usage" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$out"
 export WAVEC_CUBIN_CACHE=$PWD/.device/cubin WAVEC_CACHE=$PWD/.device
 prelude="import sys; sys.path.insert(0, 'scripts'); from gpu_check import _import_wavec; _import_wavec()"
@@ -49,10 +56,6 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-64 --b
   density)
     timeout 170 python3 bench/density.py .device/vad-4096 .device/vad-16384 .device/vad-32768 \
       --beat-ms 32 --beats 100 --runs 3 --json "$out/density.json" --png "$out/density.png"
-    ;;
-  *)
-    echo "unknown part $part: check, timeline, ab=NAME=VALUE, peers, density" >&2
-    exit 2
     ;;
   esac
 done

@@ -128,7 +128,7 @@ def kernel_for(profile, bytecode: bool, cohort_gemm: bool = False, constants: li
 def constant_setting(text: str) -> str:
     """argparse type of --set: NAME=VALUE, VALUE a C++ literal (true, false or an integer)."""
     name, sep, value = text.partition("=")
-    if not sep or not name.isidentifier() or not (value in ("true", "false") or value.lstrip("-").isdigit()):
+    if not sep or not name.isidentifier() or not re.fullmatch(r"true|false|-?\d+", value):
         raise argparse.ArgumentTypeError(f"{text!r}: write NAME=VALUE, VALUE true, false or an integer")
     return text
 
@@ -215,7 +215,11 @@ def prebuild(jobs: list, args) -> dict:
             profiles[label] = make()
         except Exception as e:  # noqa: BLE001 - check_profile's loop reports it
             profiles[label] = e
-    sources = [kernel_for(p, args.bytecode, args.cohort_gemm, args.set) for p in profiles.values() if not isinstance(p, Exception)]
+    try:
+        sources = [kernel_for(p, args.bytecode, args.cohort_gemm, args.set) for p in profiles.values()
+                   if not isinstance(p, Exception)]
+    except ValueError as e:  # a --set name the kernel does not have
+        sys.exit(f"gpu_check: --set: {e}")
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for future in [pool.submit(build_cubin, src) for src in sources]:
             future.exception()  # a failed build fails again, with its message, in check_profile

@@ -18,6 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gpu_check import constant_setting  # scripts/ is this script's own folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="+", type=Path)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc builds")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+    ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
                     help="build the kernels with this constexpr switch set, as gpu_check.py --set runs them")
     args = ap.parse_args(argv)
     if not os.environ.get("WAVEC_CUBIN_CACHE"):
@@ -47,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     for skipped in sorted(set(args.profiles) - set(profiles)):
         print(f"{skipped}: skipped, not a profile (no profile.json)", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for line in pool.map(lambda p: build(p, args.set), profiles):
-            print(line, flush=True)
+        try:
+            for line in pool.map(lambda p: build(p, args.set), profiles):
+                print(line, flush=True)
+        except ValueError as e:  # a --set name the kernel does not have
+            sys.exit(f"scripts/prebuild_cubins.py: --set: {e}")
     return 0
 
 

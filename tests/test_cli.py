@@ -193,7 +193,8 @@ def test_run_output_errors_are_one_line(tiny_profile, tmp_path, capsys, monkeypa
 
 
 @pytest.mark.parametrize("extra, message", [(["--backend", "interp"], "run with --backend cuda"),
-                                            (["--backend", "cuda", "--timeline", "no-such-dir/t.json"], "does not exist")])
+                                            (["--backend", "cuda", "--timeline", "no-such-dir/t.json"], "does not exist"),
+                                            (["--backend", "cuda", "--timeline", "out.npz"], "is the -o file too")])
 def test_run_timeline_errors_come_before_the_run(tiny_profile, tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.chdir(tmp_path)
     args = ["run", str(tiny_profile), "--inputs", str(_inputs(tmp_path)), "-o", "out.npz", *extra]

@@ -265,6 +265,8 @@ def cmd_run(args) -> int:
     if target.exists() and not zipfile.is_zipfile(target):  # an npz is a zip: never written over another kind
         raise WavecError(f"-o {args.output}: exists and is not an .npz archive; remove it or choose another name")
     timeline_file = _check_output_file(args.timeline, "--timeline") if args.timeline is not None else None
+    if timeline_file is not None and timeline_file.resolve() == target.resolve():
+        raise WavecError(f"--timeline {args.timeline}: is the -o file too; name another file for the timeline")
     arrays = _read_inputs(args.inputs)
     reset = arrays.pop("reset", None)
     try:
