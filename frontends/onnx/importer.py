@@ -28,7 +28,7 @@ from wavec.frontends.onnx import ops_elementwise, ops_nn, ops_reduce, ops_rnn, o
 from wavec.frontends.onnx.builder import Builder, Static, Value, shape
 from wavec.frontends.onnx.fold import NOT_FOLDABLE, fold_node, static_shape_op
 from wavec.frontends.onnx.lowering import LOWERINGS, STATIC_ONLY, LowerCtx, node_error
-from wavec.frontends.onnx.signature import output_cohort_axis, session_signature
+from wavec.frontends.onnx.signature import output_cohort_axis, refuse_ops_across_sessions, session_signature
 
 # Ops that only describe training or layout and pass their (first) input through at inference.
 ALIASES = frozenset({"Identity"})
@@ -202,6 +202,7 @@ def import_onnx(
     proto, file, name = _load(model)
     _check_graph(proto.graph, file)
     sig = session_signature(proto.graph, file, bindings, frames, states)
+    refuse_ops_across_sessions(proto, sig, file)
     imp = _Importer(proto, file)
     b, top = imp.b, Scope()
     for port in sig.inputs:

@@ -5,7 +5,9 @@ The cohort axis is the symbolic dim (``dim_param``) that all symbolic inputs sha
 in input [batch, sequence] and state [2, batch, 128]). One session's view fixes it to 1 and records
 its position as ``cohort_axis``. Every other symbolic dim must be bound by ``frames``, either by input
 name (its one non-cohort symbolic dim, Silero: ``frames={"input": 576}``) or by dim name. A graph
-with static shapes describes one session: cohort axis -1 everywhere.
+with static shapes describes one session: cohort axis -1 everywhere. A node that reduces, slices,
+concatenates or normalizes along the cohort dim is refused (`refuse_ops_across_sessions`): across a batch
+it would mix sessions.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from wavec.errors import UnsupportedModelError
 
@@ -211,3 +213,82 @@ def output_cohort_axis(model: onnx.ModelProto, sig: Signature, name: str, file: 
         f"{file}: cannot tell where the cohort dim {sig.cohort_dim!r} is in output {name!r}; "
         "declare the output's shape with that dim_param when exporting"
     )
+
+
+# Ops that work along axes of their first input (reduce, slice, concat, normalize over them): along the
+# cohort dim they would mix sessions, which a session's view cannot express. Value: the default axes
+# ("all": every axis; an int: that one axis; None: the op names its axes itself).
+_ALONG_AXES = {
+    "Concat": None, "Split": 0, "Gather": 0, "ArgMax": 0, "ArgMin": 0, "CumSum": None, "Slice": None,
+    "Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "LayerNormalization": -1,
+    **{op: "all" for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+}
+_FROM_AXIS_ON = {"LayerNormalization"}  # normalizes over every axis from `axis` on
+
+
+def _constant_ints(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Integer initializers and Constant outputs, by name (the axes inputs of Slice, ReduceSum, CumSum)."""
+    out = {t.name: numpy_helper.to_array(t).reshape(-1).tolist() for t in graph.initializer
+           if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            value = numpy_helper.to_array(node.attribute[0].t)
+            if value.dtype.kind == "i":
+                out[node.output[0]] = value.reshape(-1).tolist()
+    return out
+
+
+def _node_axes(node: onnx.NodeProto, rank: int, consts: dict[str, list[int]]) -> list[int] | None:
+    """The axes (0..rank-1) ``node`` works along, or None when they are not known statically."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    default = _ALONG_AXES[node.op_type]
+    axes_input = {"Slice": 3, "CumSum": 1}.get(node.op_type, 1 if node.op_type.startswith("Reduce") else None)
+    if "axis" in attrs:
+        axes = [attrs["axis"]]
+    elif "axes" in attrs:
+        axes = list(attrs["axes"])
+    elif axes_input is not None and len(node.input) > axes_input and node.input[axes_input]:
+        axes = consts.get(node.input[axes_input])
+        if axes is None:
+            return None
+    elif node.op_type == "Slice":
+        starts = consts.get(node.input[1]) if len(node.input) > 1 else None
+        axes = None if starts is None else list(range(len(starts)))
+    elif default == "all":
+        axes = [] if attrs.get("noop_with_empty_axes") else list(range(rank))
+    else:
+        axes = None if default is None else [default]
+    if axes is None:
+        return None
+    axes = [a + rank if a < 0 else a for a in axes]
+    if node.op_type in _FROM_AXIS_ON:
+        axes = list(range(min(axes), rank))
+    return axes
+
+
+def refuse_ops_across_sessions(model: onnx.ModelProto, sig: Signature, file: str) -> None:
+    """Raises UnsupportedModelError for a node that reduces, slices, concatenates or normalizes along the
+    cohort dim (ONNX shape inference places it): with a batch of sessions it would mix them, while a
+    session's view sees that dim as 1 and would silently compute something else. A best effort: a node
+    whose input shape or axes are not known statically is not checked."""
+    if sig.cohort_dim is None:
+        return
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001  (inference is a best effort; unchecked nodes import as before)
+        return
+    dims = {vi.name: _dims(vi) for vi in [*graph.input, *graph.value_info, *graph.output]}
+    consts = _constant_ints(graph)
+    for node in graph.node:
+        if node.op_type not in _ALONG_AXES or not node.input or not dims.get(node.input[0]):
+            continue
+        shape = dims[node.input[0]]
+        for axis in _node_axes(node, len(shape), consts) or []:
+            if 0 <= axis < len(shape) and shape[axis] == sig.cohort_dim:
+                raise UnsupportedModelError(
+                    f"{file}: node {node.name or node.output[0]!r} ({node.op_type}) works along axis {axis} of "
+                    f"{node.input[0]!r}, the cohort dim {sig.cohort_dim!r}: across a batch it would mix sessions, "
+                    "and a session alone sees that dim as 1. wavec compiles one session's computation; export "
+                    "the model so that no op reduces, slices or concatenates along the batch dim"
+                )
