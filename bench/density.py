@@ -20,10 +20,11 @@ speech, staggered joins that reset a slot), or seeded unit-normal frames for oth
 beats cycle through the first ones that fit FRAME_BYTES_BUDGET of host memory.
 
 Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, the host's
-lag p99 from a beat's start to its frames being handed over, held) and
-each system's density; --png draws speed (beat / p99 beat latency: above 1 the p99 beat is on time) against
-cohort size, one line per system, its density marked; --json writes the rows. Beat latency is the Server's
-``compute_us``: the time a beat had the backend.
+lag p99 from a beat's start to its frames being handed over, the physical floor from the profile's report
+and the p99 over it, held) and each system's density; --png draws speed (beat / p99 beat latency: above 1
+the p99 beat is on time) against cohort size, one line per system with its density marked, and the
+floor's speed; --json writes the rows. Beat latency is the Server's ``compute_us``: the time a beat had
+the backend.
 """
 
 from __future__ import annotations
@@ -80,16 +81,20 @@ def serve_runs(profile, make_backend, frames, reset, beat_ms: float, runs: int) 
     return results
 
 
-def row_of(system: str, sessions: int, results: list) -> dict:
+def row_of(system: str, sessions: int, results: list, floor: float | None) -> dict:
     """One table row. ``lag_p99_us``: the host's share, from a beat's scheduled start to its frames being
-    handed to the system (gathering them and, for a beat published ahead, waiting for the one before)."""
+    handed to the system (gathering them and, for a beat published ahead, waiting for the one before);
+    ``floor_us``: the beat's physical floor at this size (the profile's report, silero_peers.floor_us),
+    and the p99 over it."""
     compute = np.concatenate([r.compute_us for r in results])
     lag = np.concatenate([r.published_us - r.start_us for r in results])
     late = int(sum(r.summary()["late_beats"] for r in results))
+    p99 = round(float(np.percentile(compute, 99)), 1)
     return {"system": system, "sessions": sessions, "runs": len(results), "beats": int(len(compute)),
             "late_beats": late, "held": late == 0, "p50_us": round(float(np.percentile(compute, 50)), 1),
-            "p99_us": round(float(np.percentile(compute, 99)), 1), "max_us": round(float(compute.max()), 1),
-            "lag_p99_us": round(float(np.percentile(lag, 99)), 1)}
+            "p99_us": p99, "max_us": round(float(compute.max()), 1),
+            "lag_p99_us": round(float(np.percentile(lag, 99)), 1), "floor_us": floor,
+            "p99_over_floor": round(p99 / floor, 1) if floor else None}
 
 
 def densities(rows: list[dict]) -> dict[str, int]:
@@ -125,6 +130,10 @@ def draw(rows: list[dict], beat_ms: float, path: Path, what: str) -> None:
         if held[system]:
             ax.plot([held[system]], [beat_ms * 1e3 / next(r["p99_us"] for r in mine if r["sessions"] == held[system])],
                     marker="*", markersize=16, color=line.get_color())
+    floors = sorted({(r["sessions"], r["floor_us"]) for r in rows if r.get("floor_us")})
+    if floors:  # the speed a beat at its physical floor would have: the ceiling of every system
+        ax.plot([n for n, _ in floors], [beat_ms * 1e3 / f for _, f in floors], color="black", linestyle=":",
+                label="physical floor (report)")
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -158,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_check import _import_wavec
 
     _import_wavec()
+    from silero_peers import floor_us
+
     import wavec
     from wavec.serve import open_backend
 
@@ -194,15 +205,17 @@ def main(argv: list[str] | None = None) -> int:
             if system in stopped:
                 continue
             rows.append(row_of(system, profile.sessions,
-                               serve_runs(profile, backend_for(profile), frames, reset, args.beat_ms, args.runs)))
+                               serve_runs(profile, backend_for(profile), frames, reset, args.beat_ms, args.runs),
+                               floor_us(profile)))
             print(json.dumps(rows[-1]), flush=True)
             save()
             if not rows[-1]["held"]:
                 stopped.add(system)
     print(f"{models[0]}: beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats, wavec on {args.backend}")
-    print("system | sessions | late beats | p50 us | p99 us | host lag p99 us | held")
+    print("system | sessions | late beats | p50 us | p99 us | host lag p99 us | floor us | p99 / floor | held")
     for r in rows:
-        print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['lag_p99_us']} | {r['held']}")
+        print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['lag_p99_us']} | "
+              f"{r['floor_us']} | {r['p99_over_floor']} | {r['held']}")
     print("density: " + ", ".join(f"{s} {n:,}" for s, n in densities(rows).items()))
     return 0
 

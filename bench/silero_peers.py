@@ -242,12 +242,22 @@ def measure(directory: Path, net, args) -> dict:
     best = min((k for k in ("batched", "graph", "solo") if row[f"{k}_p99"] is not None), key=lambda k: row[f"{k}_p99"])
     row["best_peer"] = best
     row["p99_over_best_peer"] = round(row["wavec_p99"] / row[f"{best}_p99"], 3)
+    row["floor_us"] = floor_us(profile)
+    row["wavec_p99_over_floor"] = round(row["wavec_p99"] / row["floor_us"], 1) if row["floor_us"] else None
     row["ok"] = row["err_vs_torch"] <= TOLERANCE
     return row
 
 
 COLUMNS = ["sessions", "tasks", "wavec_p50", "wavec_p99", "wavec_max", "graph_p50", "graph_p99", "batched_p50",
-           "batched_p99", "solo_p50", "solo_p99", "best_peer", "p99_over_best_peer", "err_vs_torch", "ok"]
+           "batched_p99", "solo_p50", "solo_p99", "best_peer", "p99_over_best_peer", "floor_us", "wavec_p99_over_floor",
+           "err_vs_torch", "ok"]
+
+
+def floor_us(profile) -> float | None:
+    """The beat's physical floor from the profile's report (wavec.report: the larger of the FLOPs at the
+    target's peak fp32 rate, the bytes at its HBM bandwidth, and the chain of per-phase ideals), us."""
+    floor = (profile.report.get("floor_us") or {}).get("beat")
+    return round(float(floor), 2) if floor is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,10 @@ def test_a_generous_beat_holds_every_cohort(gru_profiles, tmp_path):
     assert all(r["held"] and r["late_beats"] == 0 and r["beats"] == 6 for r in result["rows"])
     assert result["density"] == {"wavec": 4}
     assert result["backend"] == "interp" and result["model"] == "gru_stack_tiny"
+    for row, directory in zip(result["rows"], sorted(gru_profiles, key=lambda d: int(d.name.split("-")[1]))):
+        report = json.loads((directory / "report.json").read_text())
+        assert row["floor_us"] == round(report["floor_us"]["beat"], 2) > 0  # the report's physical floor
+        assert row["p99_over_floor"] == round(row["p99_us"] / row["floor_us"], 1)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
