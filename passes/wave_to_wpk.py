@@ -59,8 +59,8 @@ def align(nbytes: int, to: int = ALIGN) -> int:
 class Loc:
     """Where a value lives: buffer, element offset inside one session's slice, and the value's full type
     shape (cohort axis first when `per_session`); ``view``: its element strides over that shape when it is
-    a strided view of another value's buffer (a wave.slice folded into its elementwise users), None when
-    it is stored contiguously."""
+    a strided view of another value's buffer (a wave.slice folded into its readers, VIEW_READERS), None
+    when it is stored contiguously."""
 
     buffer: str
     offset: int
