@@ -561,6 +561,47 @@ def test_report_top_lists_the_phases_moving_the_most_bytes(tiny_profile, capsys)
     assert "--top 0: list at least 1 phase" in _error(capsys)
 
 
+def _timeline_for(profile_dir: Path, path: Path) -> dict:
+    """A timeline as `wavec run --timeline` writes it, for this profile's phases: 2 beats; phase k of n
+    spans k + 1 us and waited 2 (k + 1) us in the last beat."""
+    phases = json.loads((profile_dir / "profile.json").read_text())["phases"]
+    doc = {"beats": [{"beat": 0, "span_us": 10.0, "busy_us": 5.0, "wait_us": 3.0, "wait_share": 0.1, "workers": 4},
+                     {"beat": 1, "span_us": 20.0, "busy_us": 5.0, "wait_us": 5.0, "wait_share": 0.3, "workers": 4}],
+           "last_beat_phases": [{"phase": p["name"], "tasks": p["tasks"], "start_us": 0.0, "span_us": k + 1.0,
+                                 "body_max_us": 1.0, "wait_us": 2.0 * (k + 1)} for k, p in enumerate(phases)]}
+    path.write_text(json.dumps(doc))
+    return doc
+
+
+def test_report_shows_the_measured_timeline_beside_the_model(tiny_profile, tmp_path, capsys):
+    doc = _timeline_for(tiny_profile, tmp_path / "t.json")
+    assert wavec_main(["report", str(tiny_profile), "--timeline", str(tmp_path / "t.json")]) == 0
+    text = capsys.readouterr().out
+    assert ("measured on the GPU (2 traced beats): beat span p50 15.00 us; workers waited p50 4.00 us a beat, "
+            "summed over tasks (20.0% of the workers' time)") in text
+    first = doc["last_beat_phases"][0]["phase"]
+    row = next(line for line in text.splitlines() if line.startswith(first + " "))
+    assert row.split()[-2:] == ["1.0", "2.0"]  # its span and its wait, after the modeled FLOPs and bytes
+    assert wavec_main(["report", str(tiny_profile), "--timeline", str(tmp_path / "t.json"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["measured"] == {"beats": 2, "span_us_p50": 15.0, "wait_us_p50": 4.0, "wait_share_p50": 0.2}
+    assert [p["measured_wait_us"] for p in shown["phases"]] == [2.0 * (k + 1) for k in range(len(shown["phases"]))]
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"), ("{not json", "not readable JSON"), ('{"beats": []}', "not a timeline written by"),
+    ('{"beats": [], "last_beat_phases": []}', "has no traced beats"),
+    ('{"beats": [{"span_us": 1, "wait_us": 1, "wait_share": 0.1}], "last_beat_phases": [{"phase": "x", '
+     '"span_us": 1, "wait_us": 1}]}', "its phases are not this profile's"),
+])
+def test_report_timeline_errors_are_one_line(tiny_profile, tmp_path, capsys, content, message):
+    path = tmp_path / "t.json"
+    if content is not None:
+        path.write_text(content)
+    assert wavec_main(["report", str(tiny_profile), "--timeline", str(path)]) == 1
+    assert message in _error(capsys)
+
+
 # -- 12. wavec-opt ----------------------------------------------------------------------------------------
 
 

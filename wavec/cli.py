@@ -5,7 +5,7 @@
                   [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx|NAME:PRESET [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz [--timeline FILE.json]
-    wavec report DIR [--json] [--top N] [--gantt FILE.png] [--compare-relax]
+    wavec report DIR [--json] [--top N] [--gantt FILE.png] [--compare-relax] [--timeline FILE.json]
     wavec verify DIR
     wavec payload-layout [--json]
     wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
@@ -219,6 +219,17 @@ def cmd_import(args) -> int:
     return 0
 
 
+def _read_json(path: str, flag: str):
+    """The JSON document in ``path``, or a WavecError naming ``flag`` and what is wrong with the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise WavecError(f"{flag} {path}: no such file" + ("" if not p.is_dir() else " (a directory)"))
+    try:
+        return json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WavecError(f"{flag} {path}: not readable JSON ({' '.join(str(e).split()) or type(e).__name__})") from e
+
+
 def _read_inputs(path: str) -> dict:
     import zipfile
 
@@ -295,19 +306,22 @@ def _write_timeline(timeline, target: Path) -> None:
         print(format_summary(timeline.beats))
         print("longest phases of the last beat:")
         print(format_phases(timeline.phases))
-    print(f"wrote {target}: per beat span, busy and waiting time; the last beat's phases")
+    print(f"wrote {target}: per beat span, busy and waiting time; the last beat's phases "
+          f"(`wavec report PROFILE --timeline {target}` puts them beside the model)")
 
 
 def cmd_report(args) -> int:
     if args.top is not None and args.top < 1:
         raise WavecError(f"--top {args.top}: list at least 1 phase")
     from wavec.profile import load
-    from wavec.report import build_report, format_report, heaviest_phases
+    from wavec.report import build_report, format_report, heaviest_phases, with_timeline
 
     profile = load(args.profile)
     if args.gantt:  # a bad --gantt fails before the report is printed
         check_gantt_target(Path(args.gantt))
     report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
+    if args.timeline:
+        report = with_timeline(report, _read_json(args.timeline, "--timeline"), args.timeline)
     if args.json and args.top is not None:
         report = {**report, "phases": heaviest_phases(report["phases"], args.top), "phases_total": len(report["phases"])}
     print(json.dumps(report, indent=1) if args.json else format_report(report, args.top))
@@ -477,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "(with --json too: phases_total says how many there are)")
     p.add_argument("--compare-relax", action="store_true",
                    help="also plan the activations with TVM Relax's StaticPlanBlockMemory (needs apache-tvm)")
+    p.add_argument("--timeline", metavar="FILE.json",
+                   help="what `wavec run --backend cuda --timeline` measured for this profile: each phase's span and "
+                        "waiting beside the modeled bytes and FLOPs, and the beats' p50s")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("verify", help="prove a profile race-free and its sessions isolated (exit 1: a violation, "

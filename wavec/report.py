@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from wavec.analysis.cost import phase_cost
+from wavec.errors import WavecError
 from wavec.profile import Profile
 
 
@@ -165,6 +166,33 @@ def _ewise_line(ew: dict | None) -> str:
             f"{ew['tasks']} EWISE tasks (the others: the bytecode interpreter)")
 
 
+def with_timeline(report: dict, timeline, where: str) -> dict:
+    """``report`` with what the GPU measured beside what the compiler modeled: ``timeline`` is the JSON that
+    `wavec run --backend cuda --timeline` writes (``beats``: per traced beat span_us, busy_us, wait_us,
+    wait_share; ``last_beat_phases``: per phase span_us, body_max_us, wait_us). Adds ``measured`` (the
+    beats' p50s) and, per phase, ``measured_span_us`` and ``measured_wait_us``. Raises WavecError naming
+    ``where`` when the file is not such a timeline or was recorded from another program."""
+    try:
+        beats, rows = timeline["beats"], timeline["last_beat_phases"]
+        spans = np.array([b["span_us"] for b in beats], float)
+        waits = np.array([b["wait_us"] for b in beats], float)
+        shares = np.array([b["wait_share"] for b in beats], float)
+        measured_phases = {r["phase"]: (float(r["span_us"]), float(r["wait_us"])) for r in rows}
+    except (TypeError, KeyError, ValueError) as e:
+        raise WavecError(f"{where}: not a timeline written by `wavec run --timeline` ({type(e).__name__}: {e})") from e
+    if not len(spans):
+        raise WavecError(f"{where}: the timeline has no traced beats")
+    names = {p["name"] for p in report["phases"]}
+    if set(measured_phases) != names:
+        raise WavecError(f"{where}: its phases are not this profile's ({len(measured_phases)} against {len(names)}); "
+                         "record the timeline from this profile")
+    phases = [{**p, "measured_span_us": measured_phases[p["name"]][0], "measured_wait_us": measured_phases[p["name"]][1]}
+              for p in report["phases"]]
+    measured = {"beats": int(len(spans)), "span_us_p50": round(float(np.median(spans)), 2),
+                "wait_us_p50": round(float(np.median(waits)), 2), "wait_share_p50": round(float(np.median(shares)), 4)}
+    return {**report, "phases": phases, "measured": measured}
+
+
 def heaviest_phases(phases: list[dict], top: int) -> list[dict]:
     """The ``top`` phases moving the most bytes (then FLOPs), heaviest first."""
     return sorted(phases, key=lambda p: (-p["bytes"], -p["flops"]))[:top]
@@ -199,12 +227,21 @@ def format_report(report: dict, top: int | None = None) -> str:
             lines.append(f"dependencies at {sc['granularity']} granularity{why('granularity_why')}, activations "
                          f"recycled at {sc.get('arena_granularity', 'tile')} granularity{why('arena_granularity_why')}")
         lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
+    measured = report.get("measured")
+    if measured:
+        lines.append(f"measured on the GPU ({measured['beats']} traced beats): beat span p50 {measured['span_us_p50']:.2f} us; "
+                     f"workers waited p50 {measured['wait_us_p50']:.2f} us a beat, summed over tasks "
+                     f"({100 * measured['wait_share_p50']:.1f}% of the workers' time)")
     phases = report["phases"]
     if top is not None:
         phases = heaviest_phases(phases, top)
         lines.append(f"the {len(phases)} of {len(report['phases'])} phases moving the most bytes:")
     name_width = max([28, *(len(p["name"]) + 2 for p in phases)])
-    lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}")
+    extra = f"{'span us':>12}{'waited us':>12}" if measured else ""
+    lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}{extra}")
     for p in phases:
-        lines.append(f"{p['name']:<{name_width}}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}")
+        row = f"{p['name']:<{name_width}}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}"
+        if measured:
+            row += f"{p['measured_span_us']:>12.1f}{p['measured_wait_us']:>12.1f}"
+        lines.append(row)
     return "\n".join(lines)
