@@ -564,9 +564,10 @@ def test_report_top_lists_the_phases_moving_the_most_bytes(tiny_profile, capsys)
 def _timeline_for(profile_dir: Path, path: Path) -> dict:
     """A timeline as `wavec run --timeline` writes it, for this profile's phases: 2 beats; phase k of n
     spans k + 1 us and waited 2 (k + 1) us in the last beat."""
-    phases = json.loads((profile_dir / "profile.json").read_text())["phases"]
-    doc = {"beats": [{"beat": 0, "span_us": 10.0, "busy_us": 5.0, "wait_us": 3.0, "wait_share": 0.1, "workers": 4},
-                     {"beat": 1, "span_us": 20.0, "busy_us": 5.0, "wait_us": 5.0, "wait_share": 0.3, "workers": 4}],
+    meta = json.loads((profile_dir / "profile.json").read_text())
+    phases, workers = meta["phases"], meta["workers"]
+    doc = {"beats": [{"beat": 0, "span_us": 10.0, "busy_us": 5.0, "wait_us": 3.0, "wait_share": 0.1, "workers": workers},
+                     {"beat": 1, "span_us": 20.0, "busy_us": 5.0, "wait_us": 5.0, "wait_share": 0.3, "workers": workers}],
            "last_beat_phases": [{"phase": p["name"], "tasks": p["tasks"], "start_us": 0.0, "span_us": k + 1.0,
                                  "body_max_us": 1.0, "wait_us": 2.0 * (k + 1)} for k, p in enumerate(phases)]}
     path.write_text(json.dumps(doc))
@@ -589,16 +590,56 @@ def test_report_shows_the_measured_timeline_beside_the_model(tiny_profile, tmp_p
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, "no such file"), ("{not json", "not readable JSON"), ('{"beats": []}', "not a timeline written by"),
+    (None, "no such file"), ("{not json", "not valid JSON"), ("9" * 5000, "not valid JSON"),
+    ("[" * 100000, "not valid JSON"), ('{"beats": []}', "not a timeline written by"),
     ('{"beats": [], "last_beat_phases": []}', "has no traced beats"),
-    ('{"beats": [{"span_us": 1, "wait_us": 1, "wait_share": 0.1}], "last_beat_phases": [{"phase": "x", '
-     '"span_us": 1, "wait_us": 1}]}', "its phases are not this profile's"),
 ])
-def test_report_timeline_errors_are_one_line(tiny_profile, tmp_path, capsys, content, message):
+def test_report_timeline_file_errors_are_one_line(tiny_profile, tmp_path, capsys, content, message):
     path = tmp_path / "t.json"
     if content is not None:
         path.write_text(content)
     assert wavec_main(["report", str(tiny_profile), "--timeline", str(path)]) == 1
+    assert message in _error(capsys)
+
+
+def _spoil(doc: dict, how: str) -> dict:
+    beat, phase = doc["beats"][0], doc["last_beat_phases"][0]
+    if how == "nan span":
+        beat["span_us"] = float("nan")
+    elif how == "text span":
+        phase["span_us"] = "12.5"
+    elif how == "huge wait":
+        phase["wait_us"] = 10 ** 400
+    elif how == "share over 1":
+        beat["wait_share"] = 7.5
+    elif how == "other workers":
+        beat["workers"] += 1
+    elif how == "other task count":
+        phase["tasks"] += 1
+    elif how == "a phase twice":
+        doc["last_beat_phases"].append(dict(phase))
+    elif how == "a phase missing":
+        doc["last_beat_phases"].pop()
+    return doc
+
+
+@pytest.mark.parametrize("how, message", [
+    ("nan span", "must be a finite number >= 0"), ("text span", "must be a number"),
+    ("huge wait", "must be a finite number >= 0"), ("share over 1", "wait_share is over 1"),
+    ("other workers", "record the timeline from this profile"), ("other task count", "record the timeline from this profile"),
+    ("a phase twice", "is listed twice"), ("a phase missing", "missing ["),
+])
+def test_report_refuses_a_timeline_of_bad_values_or_another_profile(tiny_profile, tmp_path, capsys, how, message):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_spoil(_timeline_for(tiny_profile, path), how)))
+    assert wavec_main(["report", str(tiny_profile), "--timeline", str(path)]) == 1
+    assert message in _error(capsys)
+
+
+@pytest.mark.parametrize("target, message", [("", "empty path"), (".", "is a directory")])
+def test_report_timeline_path_errors(tiny_profile, tmp_path, capsys, monkeypatch, target, message):
+    monkeypatch.chdir(tmp_path)
+    assert wavec_main(["report", str(tiny_profile), "--timeline", target]) == 1
     assert message in _error(capsys)
 
 

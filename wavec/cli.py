@@ -220,14 +220,23 @@ def cmd_import(args) -> int:
 
 
 def _read_json(path: str, flag: str):
-    """The JSON document in ``path``, or a WavecError naming ``flag`` and what is wrong with the file."""
+    """The JSON document in ``path`` (a file, a pipe or a device), or a WavecError naming ``flag`` and what is
+    wrong with it."""
+    if not path.strip():
+        raise WavecError(f"{flag}: empty path; name the JSON file")
     p = Path(path)
-    if not p.is_file():
-        raise WavecError(f"{flag} {path}: no such file" + ("" if not p.is_dir() else " (a directory)"))
+    if p.is_dir():
+        raise WavecError(f"{flag} {path}: is a directory; name the JSON file")
     try:
-        return json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WavecError(f"{flag} {path}: not readable JSON ({' '.join(str(e).split()) or type(e).__name__})") from e
+        text = p.read_text()
+    except FileNotFoundError as e:
+        raise WavecError(f"{flag} {path}: no such file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise WavecError(f"{flag} {path}: cannot be read ({' '.join(str(e).split()) or type(e).__name__})") from e
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, and integers past Python's digit limit
+        raise WavecError(f"{flag} {path}: not valid JSON ({' '.join(str(e).split())[:200] or type(e).__name__})") from e
 
 
 def _read_inputs(path: str) -> dict:
@@ -320,7 +329,7 @@ def cmd_report(args) -> int:
     if args.gantt:  # a bad --gantt fails before the report is printed
         check_gantt_target(Path(args.gantt))
     report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
-    if args.timeline:
+    if args.timeline is not None:
         report = with_timeline(report, _read_json(args.timeline, "--timeline"), args.timeline)
     if args.json and args.top is not None:
         report = {**report, "phases": heaviest_phases(report["phases"], args.top), "phases_total": len(report["phases"])}

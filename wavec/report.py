@@ -13,6 +13,9 @@ second), beside TVM Relax's StaticPlanBlockMemory on the same phases and shapes
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 
 from wavec.analysis.cost import phase_cost
@@ -166,30 +169,68 @@ def _ewise_line(ew: dict | None) -> str:
             f"{ew['tasks']} EWISE tasks (the others: the bytecode interpreter)")
 
 
+def _measure(value, what: str, where: str) -> float:
+    """``value`` as a finite, non-negative float; a WavecError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WavecError(f"{where}: {what} is {json.dumps(value)[:40]}; it must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise WavecError(f"{where}: {what} is {value!r:.40}; it must be a finite number >= 0")
+    return number
+
+
 def with_timeline(report: dict, timeline, where: str) -> dict:
     """``report`` with what the GPU measured beside what the compiler modeled: ``timeline`` is the JSON that
     `wavec run --backend cuda --timeline` writes (``beats``: per traced beat span_us, busy_us, wait_us,
-    wait_share; ``last_beat_phases``: per phase span_us, body_max_us, wait_us). Adds ``measured`` (the
-    beats' p50s) and, per phase, ``measured_span_us`` and ``measured_wait_us``. Raises WavecError naming
-    ``where`` when the file is not such a timeline or was recorded from another program."""
-    try:
-        beats, rows = timeline["beats"], timeline["last_beat_phases"]
-        spans = np.array([b["span_us"] for b in beats], float)
-        waits = np.array([b["wait_us"] for b in beats], float)
-        shares = np.array([b["wait_share"] for b in beats], float)
-        measured_phases = {r["phase"]: (float(r["span_us"]), float(r["wait_us"])) for r in rows}
-    except (TypeError, KeyError, ValueError) as e:
-        raise WavecError(f"{where}: not a timeline written by `wavec run --timeline` ({type(e).__name__}: {e})") from e
-    if not len(spans):
+    wait_share, workers; ``last_beat_phases``: per phase its name, tasks, span_us, wait_us). Adds
+    ``measured`` (the beats' p50s) and, per phase, ``measured_span_us`` and ``measured_wait_us``. Raises
+    WavecError naming ``where`` when the file is not such a timeline, or was recorded from another program
+    (other phases, task counts or workers)."""
+    if not isinstance(timeline, dict) or not isinstance(timeline.get("beats"), list) \
+            or not isinstance(timeline.get("last_beat_phases"), list):
+        raise WavecError(f"{where}: not a timeline written by `wavec run --timeline` "
+                         "(an object with lists `beats` and `last_beat_phases`)")
+    beats, rows = timeline["beats"], timeline["last_beat_phases"]
+    if not beats:
         raise WavecError(f"{where}: the timeline has no traced beats")
-    names = {p["name"] for p in report["phases"]}
-    if set(measured_phases) != names:
-        raise WavecError(f"{where}: its phases are not this profile's ({len(measured_phases)} against {len(names)}); "
+    columns = {}
+    for key in ("span_us", "wait_us", "wait_share"):
+        values = []
+        for b, beat in enumerate(beats):
+            if not isinstance(beat, dict):
+                raise WavecError(f"{where}: beat {b} is not an object")
+            values.append(_measure(beat.get(key), f"beat {b}'s {key}", where))
+            if beat.get("workers", report["workers"]) != report["workers"]:
+                raise WavecError(f"{where}: beat {b} ran {beat.get('workers')!r} workers; this profile has "
+                                 f"{report['workers']}: record the timeline from this profile")
+        columns[key] = values
+    if any(share > 1 for share in columns["wait_share"]):
+        raise WavecError(f"{where}: a beat's wait_share is over 1; it is a share of the workers' time")
+    tasks = {p["name"]: p["tasks"] for p in report["phases"]}
+    measured_phases = {}
+    for r, row in enumerate(rows):
+        name = row.get("phase") if isinstance(row, dict) else None
+        if not isinstance(name, str):
+            raise WavecError(f"{where}: phase row {r} has no phase name")
+        if name in measured_phases:
+            raise WavecError(f"{where}: phase {name!r} is listed twice")
+        if name in tasks and row.get("tasks", tasks[name]) != tasks[name]:
+            raise WavecError(f"{where}: phase {name!r} ran {row.get('tasks')!r} tasks; this profile's has "
+                             f"{tasks[name]}: record the timeline from this profile")
+        measured_phases[name] = (_measure(row.get("span_us"), f"phase {name!r}'s span_us", where),
+                                 _measure(row.get("wait_us"), f"phase {name!r}'s wait_us", where))
+    missing, unknown = sorted(set(tasks) - set(measured_phases)), sorted(set(measured_phases) - set(tasks))
+    if missing or unknown:
+        raise WavecError(f"{where}: its phases are not this profile's (missing {missing[:3]}, unknown {unknown[:3]}); "
                          "record the timeline from this profile")
     phases = [{**p, "measured_span_us": measured_phases[p["name"]][0], "measured_wait_us": measured_phases[p["name"]][1]}
               for p in report["phases"]]
-    measured = {"beats": int(len(spans)), "span_us_p50": round(float(np.median(spans)), 2),
-                "wait_us_p50": round(float(np.median(waits)), 2), "wait_share_p50": round(float(np.median(shares)), 4)}
+    measured = {"beats": len(beats), "span_us_p50": round(float(np.median(columns["span_us"])), 2),
+                "wait_us_p50": round(float(np.median(columns["wait_us"])), 2),
+                "wait_share_p50": round(float(np.median(columns["wait_share"])), 4)}
     return {**report, "phases": phases, "measured": measured}
 
 
