@@ -252,6 +252,60 @@ def test_an_op_across_the_batch_dim_is_refused(node, inits, out_shape):
         import_onnx(_batch_model(node, inits, out_shape))
 
 
+def _nodes_model(nodes, inits=(), out_shape=("N", 4), opset=17, x_shape=("N", 4)):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))
+    return _model(nodes, [x], [y], opset=opset, initializers=list(inits))
+
+
+def _in_if_branch(node):
+    """``node`` inside the then-branch of an If on a constant, as Silero's compute sits in If on `sr`."""
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    branch = lambda n: helper.make_graph([n], "branch", [], [y])  # noqa: E731
+    other = helper.make_node("Identity", ["x"], ["y"])
+    return [helper.make_node("Constant", [], ["cond"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+            helper.make_node("If", ["cond"], ["y"], then_branch=branch(node), else_branch=branch(other), name="if")]
+
+
+MIXING = {  # name: (nodes, initializers, output shape, opset, input shape)
+    "reduce in an If branch": (_in_if_branch(helper.make_node("ReduceMean", ["x"], ["y"], axes=[0], name="mean_n")),
+                               [], ("N", 4), 13, ("N", 4)),
+    "reverse after a Shape-driven Reshape": ([helper.make_node("Shape", ["x"], ["shp"]),
+                                              helper.make_node("Reshape", ["x", "shp"], ["r"]),
+                                              helper.make_node("Slice", ["r", "s", "e", "ax0", "st"], ["y"], name="rev")],
+                                             [_i64("s", [-1]), _i64("e", [-(2 ** 62)]), _i64("ax0", [0]), _i64("st", [-1])],
+                                             ("N", 4), 17, ("N", 4)),
+    "opset-11 softmax from axis 1": ([helper.make_node("Softmax", ["x"], ["y"], name="sm")], [], (3, "N", 5), 11, (3, "N", 5)),
+    "axes from Constant value_ints": ([helper.make_node("Constant", [], ["ax"], value_ints=[0]),
+                                       helper.make_node("ReduceSum", ["x", "ax"], ["y"], name="sum_n")], [], (1, 4), 17, ("N", 4)),
+    "empty axes reduce every axis": ([helper.make_node("ReduceMean", ["x", "none"], ["y"], name="mean_all")],
+                                     [helper.make_tensor("none", TensorProto.INT64, [0], [])], (1, 1), 18, ("N", 4)),
+    "concat after a constant": ([helper.make_node("Concat", ["c", "x"], ["y"], axis=0, name="cat")],
+                                [helper.make_tensor("c", TensorProto.FLOAT, [1, 4], [0.0] * 4)], ("M", 4), 17, ("N", 4)),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXING))
+def test_mixing_the_batch_is_refused_where_inference_places_it(case):
+    nodes, inits, out_shape, opset, x_shape = MIXING[case]
+    with pytest.raises(UnsupportedModelError, match="cohort dim 'N'"):
+        import_onnx(_nodes_model(nodes, inits, out_shape, opset, x_shape))
+
+
+NO_OPS_ALONG_THE_BATCH = {
+    "a whole-range slice": ([helper.make_node("Slice", ["x", "s", "e", "ax"], ["y"])],
+                            [_i64("s", [0, 1]), _i64("e", [2 ** 63 - 1, 2 ** 63 - 1]), _i64("ax", [0, 1])], ("N", 3)),
+    "a one-input concat": ([helper.make_node("Concat", ["x"], ["y"], axis=0)], [], ("N", 4)),
+    "a one-output split": ([helper.make_node("Split", ["x"], ["y"], axis=0, num_outputs=1)], [], ("N", 4)),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_OPS_ALONG_THE_BATCH))
+def test_a_node_that_keeps_the_batch_whole_is_imported(case):
+    nodes, inits, out_shape = NO_OPS_ALONG_THE_BATCH[case]
+    import_onnx(_nodes_model(nodes, inits, out_shape, 18)).module.verify()
+
+
 def test_an_op_along_other_axes_is_imported():
     node = helper.make_node("ReduceSum", ["x", "ax1"], ["y"], keepdims=1)
     graph = import_onnx(_batch_model(node, [_i64("ax1", [1])], ("N", 1)))

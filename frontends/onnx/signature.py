@@ -215,45 +215,62 @@ def output_cohort_axis(model: onnx.ModelProto, sig: Signature, name: str, file: 
     )
 
 
-# Ops that work along axes of their first input (reduce, slice, concat, normalize over them): along the
-# cohort dim they would mix sessions, which a session's view cannot express. Value: the default axes
-# ("all": every axis; an int: that one axis; None: the op names its axes itself).
+# Ops that work along axes of their inputs (reduce, slice, concat, normalize over them): along the cohort
+# dim they would mix sessions, which a session's view cannot express. Value: the default axes ("all":
+# every axis; an int: that one axis; None: the op names its axes itself).
 _ALONG_AXES = {
     "Concat": None, "Split": 0, "Gather": 0, "ArgMax": 0, "ArgMin": 0, "CumSum": None, "Slice": None,
     "Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "LayerNormalization": -1,
     **{op: "all" for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                             "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }
-_FROM_AXIS_ON = {"LayerNormalization"}  # normalizes over every axis from `axis` on
+_SOFTMAX_LIKE = {"Softmax", "LogSoftmax", "Hardmax"}  # before opset 13: default axis 1, over every axis from it on
+_TO_THE_END = 2**31 - 1  # a Slice end at least this takes every element left (exporters write INT64_MAX)
 
 
-def _constant_ints(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """Integer initializers and Constant outputs, by name (the axes inputs of Slice, ReduceSum, CumSum)."""
-    out = {t.name: numpy_helper.to_array(t).reshape(-1).tolist() for t in graph.initializer
-           if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
+def _graphs(graph: onnx.GraphProto):
+    """``graph`` and every subgraph of its nodes (If branches, Loop and Scan bodies), recursively."""
+    yield graph
     for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            value = numpy_helper.to_array(node.attribute[0].t)
-            if value.dtype.kind == "i":
-                out[node.output[0]] = value.reshape(-1).tolist()
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                yield from _graphs(sub)
+
+
+def _constant_ints(graphs: list[onnx.GraphProto]) -> dict[str, list[int]]:
+    """Integer initializers and Constant outputs (``value``, ``value_ints``, ``value_int``), by name: the
+    axes, starts and ends inputs of Slice, Reduce and CumSum."""
+    out: dict[str, list[int]] = {}
+    for graph in graphs:
+        out.update({t.name: numpy_helper.to_array(t).reshape(-1).tolist() for t in graph.initializer
+                    if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)})
+        for node in graph.node:
+            if node.op_type != "Constant" or not node.attribute:
+                continue
+            attr = node.attribute[0]
+            if attr.name == "value" and numpy_helper.to_array(attr.t).dtype.kind == "i":
+                out[node.output[0]] = numpy_helper.to_array(attr.t).reshape(-1).tolist()
+            elif attr.name in ("value_ints", "value_int"):
+                out[node.output[0]] = list(attr.ints) if attr.name == "value_ints" else [attr.i]
     return out
 
 
-def _node_axes(node: onnx.NodeProto, rank: int, consts: dict[str, list[int]]) -> list[int] | None:
+def _node_axes(node: onnx.NodeProto, rank: int, consts: dict[str, list[int]], opset: int) -> list[int] | None:
     """The axes (0..rank-1) ``node`` works along, or None when they are not known statically."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    default = _ALONG_AXES[node.op_type]
-    axes_input = {"Slice": 3, "CumSum": 1}.get(node.op_type, 1 if node.op_type.startswith("Reduce") else None)
+    op = node.op_type
+    default = 1 if op in _SOFTMAX_LIKE and opset < 13 else _ALONG_AXES[op]
+    axes_input = {"Slice": 3, "CumSum": 1}.get(op, 1 if op.startswith("Reduce") else None)
     if "axis" in attrs:
         axes = [attrs["axis"]]
     elif "axes" in attrs:
         axes = list(attrs["axes"])
     elif axes_input is not None and len(node.input) > axes_input and node.input[axes_input]:
         axes = consts.get(node.input[axes_input])
-        if axes is None:
-            return None
-    elif node.op_type == "Slice":
-        starts = consts.get(node.input[1]) if len(node.input) > 1 else None
+        if axes == [] and default == "all" and not attrs.get("noop_with_empty_axes"):
+            axes = list(range(rank))  # an empty axes input reduces every axis
+    elif op == "Slice":
+        starts = attrs.get("starts") or (consts.get(node.input[1]) if len(node.input) > 1 else None)
         axes = None if starts is None else list(range(len(starts)))
     elif default == "all":
         axes = [] if attrs.get("noop_with_empty_axes") else list(range(rank))
@@ -262,33 +279,75 @@ def _node_axes(node: onnx.NodeProto, rank: int, consts: dict[str, list[int]]) ->
     if axes is None:
         return None
     axes = [a + rank if a < 0 else a for a in axes]
-    if node.op_type in _FROM_AXIS_ON:
+    if op == "LayerNormalization" or (op in _SOFTMAX_LIKE and opset < 13):
         axes = list(range(min(axes), rank))
     return axes
 
 
+def _whole_range(node: onnx.NodeProto, index: int, consts: dict[str, list[int]]) -> bool:
+    """Whether entry ``index`` of a Slice's starts/ends/steps keeps the whole axis (start 0, to the end,
+    step 1): a no-op along it."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    def entry(name, position, default):
+        values = attrs.get(name) if name in attrs else (
+            consts.get(node.input[position]) if len(node.input) > position and node.input[position] else default)
+        return None if values is None or index >= len(values) else values[index]
+    return (entry("starts", 1, None) == 0 and (entry("ends", 2, None) or 0) >= _TO_THE_END
+            and entry("steps", 4, [1] * (index + 1)) == 1)
+
+
+def _identity_along(node: onnx.NodeProto, position: int, consts: dict[str, list[int]]) -> bool:
+    """Nodes that leave the cohort axis as it is: a one-input Concat, a one-output Split, a Slice keeping
+    the whole axis (``position``: the axis's entry in the Slice's lists)."""
+    if node.op_type == "Concat":
+        return len(node.input) == 1
+    if node.op_type == "Split":
+        return len(node.output) == 1
+    return node.op_type == "Slice" and _whole_range(node, position, consts)
+
+
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model with ONNX shape inference's value_info (propagating shape data through Shape and Reshape
+    where it can), or None when inference fails."""
+    for data_prop in (True, False):
+        try:
+            return onnx.shape_inference.infer_shapes(model, data_prop=data_prop)
+        except Exception:  # noqa: BLE001  (inference is a best effort)
+            continue
+    return None
+
+
 def refuse_ops_across_sessions(model: onnx.ModelProto, sig: Signature, file: str) -> None:
-    """Raises UnsupportedModelError for a node that reduces, slices, concatenates or normalizes along the
-    cohort dim (ONNX shape inference places it): with a batch of sessions it would mix them, while a
-    session's view sees that dim as 1 and would silently compute something else. A best effort: a node
-    whose input shape or axes are not known statically is not checked."""
+    """Raises UnsupportedModelError for a node (in the graph or any subgraph) that reduces, slices,
+    concatenates or normalizes along the cohort dim, where ONNX shape inference places it: across a batch
+    it would mix sessions, while a session's view sees that dim as 1 and would silently compute something
+    else. A best effort: a node whose shapes or axes inference cannot tell is not checked, and neither is
+    an op that mixes the batch through other means (a Reshape merging it, a MatMul contracting it)."""
     if sig.cohort_dim is None:
         return
-    try:
-        graph = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # noqa: BLE001  (inference is a best effort; unchecked nodes import as before)
+    inferred = _inferred(model)
+    if inferred is None:
         return
-    dims = {vi.name: _dims(vi) for vi in [*graph.input, *graph.value_info, *graph.output]}
-    consts = _constant_ints(graph)
-    for node in graph.node:
-        if node.op_type not in _ALONG_AXES or not node.input or not dims.get(node.input[0]):
+    graphs = list(_graphs(inferred.graph))
+    dims = {vi.name: _dims(vi) for g in graphs for vi in [*g.input, *g.value_info, *g.output]}
+    consts = _constant_ints(graphs)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    for node in (n for g in graphs for n in g.node):
+        if node.op_type not in _ALONG_AXES:
             continue
-        shape = dims[node.input[0]]
-        for axis in _node_axes(node, len(shape), consts) or []:
-            if 0 <= axis < len(shape) and shape[axis] == sig.cohort_dim:
-                raise UnsupportedModelError(
-                    f"{file}: node {node.name or node.output[0]!r} ({node.op_type}) works along axis {axis} of "
-                    f"{node.input[0]!r}, the cohort dim {sig.cohort_dim!r}: across a batch it would mix sessions, "
-                    "and a session alone sees that dim as 1. wavec compiles one session's computation; export "
-                    "the model so that no op reduces, slices or concatenates along the batch dim"
-                )
+        data = node.input if node.op_type == "Concat" else node.input[:1]
+        for name in data:
+            shape = dims.get(name)
+            if not shape:
+                continue
+            axes = _node_axes(node, len(shape), consts, opset) or []
+            for position, axis in enumerate(axes):
+                if 0 <= axis < len(shape) and shape[axis] == sig.cohort_dim and not _identity_along(node, position, consts):
+                    raise UnsupportedModelError(
+                        f"{file}: node {node.name or node.output[0]!r} ({node.op_type}) works along axis {axis} of "
+                        f"{name!r}, the cohort dim {sig.cohort_dim!r}: across a batch it would mix sessions, and a "
+                        "session alone sees that dim as 1. wavec compiles one session's computation: export the "
+                        "model so that no op reduces, slices or concatenates along the batch dim (if "
+                        f"{sig.cohort_dim!r} is not the batch of sessions, give its length with --frame "
+                        f"{sig.cohort_dim}=LEN)"
+                    )
