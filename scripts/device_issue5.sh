@@ -4,6 +4,7 @@
 #   python3 scripts/device_profiles.py --sessions 1 64 1024 4096 16384 32768 --barrier-sessions
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-* .device/zoo-* .device/serve-*
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-{1,64,1024,16384} --set SWITCH
+#   python3 bench/conv.py compile --out .device/conv       (for the conv part)
 # Usage: scripts/device_issue5.sh PART... [-- OUTDIR]   (OUTDIR default: $OUT, the device tool's folder)
 #   check    Silero against onnxruntime, with its phase timeline (silero.json); the zoo against the interpreter
 #            (zoo.json)
@@ -11,6 +12,7 @@
 #   ab=NAME=VALUE   Silero with a kernel switch set (gpu_check --set), against the interpreter (ab.json)
 #   peers    Silero against PyTorch eager one at a time, batched and CUDA graph (peers.json)
 #   density  the largest cohort each system holds at a 32 ms beat (density.json, density.png)
+#   conv     Silero's convolutions alone against cuDNN and the floor (conv.json; bench/conv.py)
 # Every step has its own timeout (the parts given fit one 10-minute device call); a step that overruns
 # leaves the others' results, and density.json is rewritten after every row.
 set -uo pipefail
@@ -19,11 +21,11 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|timeline|ab=NAME=VALUE|peers|density ... [-- OUTDIR]"
+usage="usage: $0 check|timeline|ab=NAME=VALUE|peers|density|conv ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | timeline | peers | density | ab=?*=?*) ;;
+  check | timeline | peers | density | conv | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -52,6 +54,9 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-64 --b
   peers)
     timeout 120 python3 bench/silero_peers.py .device/vad-1 .device/vad-64 .device/vad-1024 --beats 300 \
       --warmup 30 --json "$out/peers.json"
+    ;;
+  conv)
+    timeout 150 python3 bench/conv.py run --out .device/conv --beats 200 --warmup 20 --json "$out/conv.json"
     ;;
   density)
     timeout 170 python3 bench/density.py .device/vad-4096 .device/vad-16384 .device/vad-32768 \
