@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print(" | ".join(f"{row[c]:.1e}" if c.endswith("err") else str(row[c]) for c in COLUMNS))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0
+    return 0 if all(row["ok"] for row in rows) else 1
 
 
 if __name__ == "__main__":

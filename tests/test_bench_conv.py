@@ -4,21 +4,16 @@ GPU and torch and is not run here; its argument errors come before any work."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from bench_loader import load_bench
+
 ort = pytest.importorskip("onnxruntime")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_conv", ROOT / "bench" / "conv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("conv")
 
 
 @pytest.mark.parametrize("shape", ["stft", "enc2"])

@@ -3,20 +3,15 @@ numbers come from the device; this checks the logic that turns runs into a densi
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench_loader import load_bench
 
 
 def _density_module():
-    spec = importlib.util.spec_from_file_location("density_bench", ROOT / "bench" / "density.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("density")
 
 
 @pytest.fixture(scope="module")
