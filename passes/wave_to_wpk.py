@@ -9,7 +9,8 @@ one session's output elements, sized so that an op spreads over `workers` tasks 
 whole while a convolution's few outputs of hundreds of taps each spread over many SMs). Data movement (slice, transpose, concat, broadcast, copies)
 becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op. A slice that
 selects a contiguous block, or that only elementwise ops and copies (concat, outputs, state writes) read,
-is no task at all: the block's offset, or the strided view those ops read through.
+is no task at all: the block's offset, or the strided view those ops read through; neither is a sum,
+mean, max, min, product or log-sum-exp over axes of size 1 (a reshape).
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
 order, the output copies, then the state writes (after every read of the old state; a new value that is
 itself an old state is copied out during the graph, since the writes run one after another).
@@ -494,8 +495,18 @@ def split_wide_ewise(op: wave.EwiseOp) -> list[wave.EwiseOp]:
     return [*ops, final]
 
 
+# Reductions that give their one element back: over axes of size 1 they are a reshape (a rename, no task).
+IDENTITY_ON_ONE = ("sum", "mean", "max", "min", "prod", "logsumexp")
+
+
+def is_unit_reduction(op: wave.ReduceOp) -> bool:
+    """Silero's last op is a mean over its decoder's one output frame."""
+    shape = wave.shape_of(op.x)
+    return op.kind.data in IDENTITY_ON_ONE and all(shape[a] == 1 for a in op.axes.get_values())
+
+
 def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
-    if isinstance(op, wave.ReshapeOp):
+    if isinstance(op, wave.ReshapeOp) or isinstance(op, wave.ReduceOp) and is_unit_reduction(op):
         src = lw.loc(op.x, op)
         lw.locs[op.result] = Loc(src.buffer, src.offset, wave.shape_of(op.result), src.per_session)
         return

@@ -1,6 +1,6 @@
 """wave-to-wpk lowers a slice of a contiguous block as that block's offset, folds a slice read only by
 elementwise ops and copies (concat, outputs) into them (a strided view), and keeps any other slice as a
-copy phase. Checked on the interpreter against onnxruntime, fresh
+copy phase; a reduction that gives its one element back is a rename too. Checked on the interpreter against onnxruntime, fresh
 random frames, float32 (tolerance 1e-6 absolute: the folded ops do the same float32 arithmetic)."""
 
 from __future__ import annotations
@@ -118,3 +118,21 @@ def test_a_state_written_from_an_old_state_reads_it_before_any_write(case, tmp_p
         y, *new = runtime.run(["y", *(n + "N" for n in sizes)], {"x": x[b], **states})
         np.testing.assert_allclose(got["y"][b], y, rtol=0, atol=1e-6)
         states = dict(zip(sizes, new))
+
+
+def test_a_reduction_over_unit_axes_is_a_rename_unless_it_changes_the_element():
+    """mean over a size-1 axis gives its element back (no task); l2 gives its absolute value (a task)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 6])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 6]) for n in ("mean", "l2")]
+    nodes = [helper.make_node("ReduceMean", ["x", "axis"], ["mean"], keepdims=0),
+             helper.make_node("ReduceL2", ["x", "axis"], ["l2"], keepdims=0)]
+    model = helper.make_model(helper.make_graph(nodes, "unit", [x], outs, [_ints("axis", [1])]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    profile = compile_graph(import_onnx(model), sessions=3, workers=4)
+    assert [p["op"] for p in profile.meta["phases"] if p["op"] == "wave.reduce"] == ["wave.reduce"]  # the l2 alone
+    frames = np.random.default_rng(4).standard_normal((2, 3, 1, 6)).astype(np.float32)
+    got = profile.run({"x": frames}, backend="interp")
+    runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b in range(len(frames)):
+        for name, value in zip(("mean", "l2"), runtime.run(None, {"x": frames[b]})):
+            np.testing.assert_allclose(got[name][b], value, rtol=0, atol=1e-6)

@@ -105,6 +105,22 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
+// A mean over an axis of size 1 gives its element back: no task, the output copies x. (An l2 or a sum of
+// squares over it would change the element and stays a task.) Silero ends with this mean.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @mean_of_one_frame() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x1xf32>
+    %m = wave.reduce "mean" %x {axes = array<i64: 2>, keepdims = false} : (tensor<2x1x1xf32>) -> tensor<2x1xf32>
+    wave.output "m", %m {cohort_axis = 0 : i64} : tensor<2x1xf32>
+    func.return
+  }
+}
+// CHECK-NOT:   wpk.phase "reduce
+// CHECK:       wpk.phase "output_m"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"]
+
+// -----
+
 // A conv whose weight the cohort shares is tiled like the weight matmul: sessions x whole output channels
 // (6 outputs each). Splitting only sessions would give 2 tiles of 1 session, each reading all 64 channels'
 // weights (64 x 16 x 5 words); the split of least bytes per wave keeps both sessions in each of 4 tiles of
