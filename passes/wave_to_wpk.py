@@ -59,9 +59,9 @@ def align(nbytes: int, to: int = ALIGN) -> int:
 @dataclass(frozen=True)
 class Loc:
     """Where a value lives: buffer, element offset inside one session's slice, and the value's full type
-    shape (cohort axis first when `per_session`); ``view``: its element strides over that shape when it is
-    a strided view of another value's buffer (a wave.slice folded into its readers, VIEW_READERS), None
-    when it is stored contiguously."""
+    shape (cohort axis first when `per_session`); ``view``: its element strides over that shape when its
+    elements are not contiguous from the offset (a slice or transpose read in place, a concat's part of
+    its output), None when they are."""
 
     buffer: str
     offset: int
@@ -384,18 +384,12 @@ def _lower_reduce(lw: _Lowering, op: wave.ReduceOp, x: Loc, out: Loc) -> tuple:
 
 def _concat_parts(lw: _Lowering, op: wave.ConcatOp, ins: list[Loc], out: Loc) -> list[tuple]:
     axis = op.axis.value.data
-    out_strides = contiguous_strides(out.session_shape)
-    step = out_strides[axis - 1] if out.per_session else out_strides[axis]
     parts, start = [], 0
     for loc in ins:
-        dst = Loc(out.buffer, out.offset + start * step, (*out.shape[:axis], loc.shape[axis], *out.shape[axis + 1 :]), out.per_session)
-        params = EwiseParams(
-            shape=dst.session_shape,
-            out_strides=out_strides,
-            in_strides=(broadcast_strides(loc, dst.shape, dst.per_session),),
-            code=tuple(compile_expr(parse_expr("%0"))),
-        )
-        parts.append((params, [loc], dst))
+        # each input is copied into its part of the output: a view of the output's buffer at its strides
+        dst = Loc(out.buffer, out.offset + start * out.strides[axis], (*out.shape[:axis], loc.shape[axis], *out.shape[axis + 1 :]),
+                  out.per_session, out.strides)
+        parts.append(lw.copy_part(loc, dst))
         start += loc.shape[axis]
     return parts
 
@@ -430,27 +424,10 @@ def folds_into_users(op: wave.SliceOp) -> bool:
     return all(isinstance(use.operation, VIEW_READERS) for use in op.result.uses)
 
 
-def _slice_part(lw: _Lowering, op: wave.SliceOp, x: Loc, out: Loc) -> tuple:
-    view = slice_view(op, x)
-    params = EwiseParams(
-        shape=out.session_shape,
-        out_strides=contiguous_strides(out.session_shape),
-        in_strides=(view.strides[1:] if out.per_session else view.strides,),
-        code=tuple(compile_expr(parse_expr("%0"))),
-    )
-    return params, [view], out
-
-
-def _transpose_part(lw: _Lowering, op: wave.TransposeOp, x: Loc, out: Loc) -> tuple:
-    own = x.strides
-    view = tuple(own[p] for p in op.perm.get_values())
-    params = EwiseParams(
-        shape=out.session_shape,
-        out_strides=contiguous_strides(out.session_shape),
-        in_strides=(view[1:] if out.per_session else view,),
-        code=tuple(compile_expr(parse_expr("%0"))),
-    )
-    return params, [x], out
+def transpose_view(op: wave.TransposeOp, x: Loc) -> Loc:
+    """The transpose of ``x`` as a strided view of x's buffer."""
+    return Loc(x.buffer, x.offset, wave.shape_of(op.result), x.per_session,
+               tuple(x.strides[p] for p in op.perm.get_values()))
 
 
 def _widest_subtree(expr: Expr) -> Expr | None:
@@ -533,9 +510,9 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
     elif isinstance(op, wave.ConcatOp):
         parts = _concat_parts(lw, op, ins, out)
     elif isinstance(op, wave.SliceOp):
-        parts = [_slice_part(lw, op, ins[0], out)]
+        parts = [lw.copy_part(slice_view(op, ins[0]), out)]
     elif isinstance(op, wave.TransposeOp):
-        parts = [_transpose_part(lw, op, ins[0], out)]
+        parts = [lw.copy_part(transpose_view(op, ins[0]), out)]
     else:
         raise PassFailedException(f"wave-to-wpk: no lowering for {op.name}")
     if isinstance(op, (wave.MatmulOp, wave.ConvOp)) and len(parts[0][1]) > MAX_INPUTS:
