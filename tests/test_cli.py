@@ -590,7 +590,7 @@ def test_report_shows_the_measured_timeline_beside_the_model(tiny_profile, tmp_p
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, "no such file"), ("{not json", "not valid JSON"), ("9" * 5000, "not valid JSON"),
+    (None, "no such timeline file"), ("{not json", "not valid JSON"), ("9" * 5000, "not valid JSON"),
     ("[" * 100000, "not valid JSON"), ('{"beats": []}', "not a timeline written by"),
     ('{"beats": [], "last_beat_phases": []}', "has no traced beats"),
 ])

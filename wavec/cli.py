@@ -219,18 +219,18 @@ def cmd_import(args) -> int:
     return 0
 
 
-def _read_json(path: str, flag: str):
-    """The JSON document in ``path`` (a file, a pipe or a device), or a WavecError naming ``flag`` and what is
-    wrong with it."""
+def _read_json(path: str, flag: str, what: str = "JSON file"):
+    """The JSON document in ``path`` (a file, a pipe or a device), or a WavecError naming ``flag``, ``what``
+    it should be and what is wrong with it."""
     if not path.strip():
-        raise WavecError(f"{flag}: empty path; name the JSON file")
+        raise WavecError(f"{flag}: empty path; give the {what}")
     p = Path(path)
     if p.is_dir():
-        raise WavecError(f"{flag} {path}: is a directory; name the JSON file")
+        raise WavecError(f"{flag} {path}: is a directory; {flag} takes a {what}")
     try:
         text = p.read_text()
     except FileNotFoundError as e:
-        raise WavecError(f"{flag} {path}: no such file") from e
+        raise WavecError(f"{flag} {path}: no such {what}") from e
     except (OSError, UnicodeDecodeError) as e:
         raise WavecError(f"{flag} {path}: cannot be read ({' '.join(str(e).split()) or type(e).__name__})") from e
     try:
@@ -330,7 +330,7 @@ def cmd_report(args) -> int:
         check_gantt_target(Path(args.gantt))
     report = build_report(profile, compare_relax=args.compare_relax)  # from the payloads: a stale report.json cannot mislead
     if args.timeline is not None:
-        report = with_timeline(report, _read_json(args.timeline, "--timeline"), args.timeline)
+        report = with_timeline(report, _read_json(args.timeline, "--timeline", "timeline file (.json)"), args.timeline)
     if args.json and args.top is not None:
         report = {**report, "phases": heaviest_phases(report["phases"], args.top), "phases_total": len(report["phases"])}
     print(json.dumps(report, indent=1) if args.json else format_report(report, args.top))
@@ -413,7 +413,7 @@ def cmd_serve(args) -> int:
 
     from wavec.errors import RuntimeBackendError
     from wavec.profile import check_inputs, load
-    from wavec.serve import load_schedule, serve
+    from wavec.serve import parse_schedule, serve
 
     beat_ms = _milliseconds(args.beat_ms, "--beat-ms", "beat period")
     deadline_ms = _milliseconds(args.deadline_ms, "--deadline-ms", "deadline") if args.deadline_ms is not None else None
@@ -438,7 +438,8 @@ def cmd_serve(args) -> int:
         if reset is not None:
             raise WavecError(f"{args.inputs}: has reset flags and --schedule {args.schedule} says who joins when; "
                              "give admissions in the schedule only")
-        schedule, late = load_schedule(args.schedule, profile.sessions)
+        schedule, late = parse_schedule(_read_json(args.schedule, "--schedule", "schedule file (.json)"),
+                                        profile.sessions, args.schedule)
     result = serve(profile, arrays, beat_ms, schedule=schedule, late_frames=late, beats=args.beats,
                    backend=args.backend, deadline_ms=deadline_ms, reset=reset)
     if out_npz is not None:

@@ -57,7 +57,6 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -215,20 +214,6 @@ def parse_schedule(doc, sessions: int, where: str) -> tuple[SessionSchedule, lis
     return SessionSchedule(spans), late
 
 
-def load_schedule(path: str | Path, sessions: int) -> tuple[SessionSchedule, list[tuple[int, int, float]]]:
-    """Reads a schedule file (see `parse_schedule`)."""
-    p = Path(path)
-    if not str(path).strip():
-        raise WavecError("--schedule: empty path; give the sessions .json file")
-    if not p.is_file():
-        raise WavecError(f"{path}: {'is a directory' if p.is_dir() else 'no such schedule file'}; --schedule takes a .json file")
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise WavecError(f"{path}: not valid JSON ({' '.join(str(e).split())})") from e
-    return parse_schedule(doc, sessions, str(path))
-
-
 class Feed:
     """Recorded frames, float32 ``[beats, sessions, *frame]`` per input, with their arrival: ``delay_us``
     ``[beats, sessions]`` relative to each beat's scheduled start (default 0: every frame is in time; > 0:
@@ -265,11 +250,9 @@ class Feed:
         silent = status != REAL
         out = {}
         for name, arr in self.frames.items():
-            frame = np.array(arr[beat]) if into is None else into[name]
-            if into is not None:
-                np.copyto(frame, arr[beat])
-            if silent.any():
-                frame[silent] = 0
+            frame = into[name] if into is not None else np.empty_like(arr[beat])
+            np.copyto(frame, arr[beat])
+            frame[silent] = 0
             out[name] = frame
         return out, status
 
