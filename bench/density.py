@@ -47,13 +47,13 @@ def is_silero(profile) -> bool:
 
 def workload(profile, beats: int):
     """(frames per input, as wavec.serve.Feed takes them; reset [beats, sessions]) for ``beats`` beats."""
-    from silero_peers import FRAME_BYTES_BUDGET, Beats
+    from silero_peers import Beats, distinct_beats
 
     from wavec.audio import cohort_schedule
 
     n = profile.sessions
     frame_bytes = n * sum(4 * int(np.prod(i["shape"])) for i in profile.meta["inputs"])
-    distinct = max(1, min(beats, FRAME_BYTES_BUDGET // max(1, frame_bytes)))
+    distinct = distinct_beats(beats, frame_bytes)
     cycle = np.arange(beats) % distinct
     if is_silero(profile):
         frames, reset = cohort_schedule(n, distinct, seed=100)

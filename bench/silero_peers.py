@@ -47,6 +47,12 @@ SOLO_WARMUP = 2  # untimed beats of the one-session-at-a-time peer (S eager call
 FRAME_BYTES_BUDGET = 8 << 30  # host bytes of distinct timed frames; beyond it the beats cycle through them
 
 
+def distinct_beats(beats: int, frame_bytes: int) -> int:
+    """How many of ``beats`` beats of ``frame_bytes`` each (all sessions' frames) fit FRAME_BYTES_BUDGET: the
+    timed beats cycle through that many (at least 1)."""
+    return max(1, min(beats, FRAME_BYTES_BUDGET // max(1, frame_bytes)))
+
+
 def peer_network(device: str):
     """Silero's 16 kHz TorchScript network (the jit wrapper's ``_model``): (x [S, 576], state) -> (out, state)."""
     import torch
@@ -218,7 +224,7 @@ def measure(directory: Path, net, args) -> dict:
     row = {"profile": str(directory), "sessions": n, "tasks": int(len(profile.payloads)),
            "err_vs_torch": float(np.abs(got - torch_beats(net, frames, reset)).max())}
     total = args.warmup + args.beats
-    distinct = max(1, min(total, FRAME_BYTES_BUDGET // (n * 576 * 4)))
+    distinct = distinct_beats(total, n * 576 * 4)
     frames, reset = cohort_schedule(n, distinct, seed=100)  # every run serves the same beats
     beats = np.arange(total) % distinct
     frames, reset = Beats(frames, beats), Beats(reset, beats)
