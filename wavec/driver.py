@@ -14,7 +14,7 @@ import os
 import sys
 
 from xdsl.passes import PassPipeline
-from xdsl.utils.exceptions import DiagnosticException
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 
 from wavec.errors import WavecError
 from wavec.hw import load_hw
@@ -49,9 +49,7 @@ def parse_pipeline(spec: str) -> PassPipeline:
     try:
         check_pass_options(spec)
         return PassPipeline.parse_spec(get_all_passes(), spec)
-    except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
+    except (Exception, ArgSpecParseError) as e:  # ArgSpecParseError derives from BaseException alone
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         # xDSL's spec errors carry a caret excerpt; keep the message and the position.
         message = lines[-1].strip() if len(lines) > 1 else _one_line(e)

@@ -60,12 +60,11 @@ def check_pass_options(spec: str) -> None:
     import dataclasses
 
     from xdsl.passes import parse_pipeline
+    from xdsl.utils.exceptions import ArgSpecParseError
 
     try:
         specs = list(parse_pipeline(spec))
-    except BaseException as e:  # noqa: BLE001  (xDSL's ArgSpecParseError: the parser reports it again)
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
+    except ArgSpecParseError:  # a BaseException: xDSL's parser reports it again, with a caret
         return
     _refuse_repeated_options(spec)
     for pass_spec in specs:
