@@ -269,6 +269,16 @@ def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path, target):
     assert regs <= 65536 // threads, report  # __launch_bounds__(threads, 1): one block per SM
 
 
+@needs_nvcc
+def test_the_tiled_conv_candidate_builds_switched_on(tmp_path):
+    """kConvTiled (conv_tiled_body, measured next by gpu_check.py --set kConvTiled=true) compiles cleanly at
+    the H200's block size; its arithmetic is mirrored in tests/test_conv_tiled_mirror.py."""
+    meta = {**build_test_profile()[0].meta, "block_threads": 512}
+    report = ptxas_compile(tmp_path, codegen.with_constant(generate_kernel(meta), "kConvTiled", "true"))
+    assert "warning" not in report.lower(), report
+    assert "conv_tiled_body" in report
+
+
 # ---------------------------------------------------------------------------------------------
 # Build cache and errors
 

@@ -993,9 +993,116 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 constexpr int kConvSessions = 4;
 constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D convs)
 
+// The tiled CONV (an A/B candidate, off unless kConvTiled): a 1-D, ungrouped, single-image CONV whose weights
+// the cohort shares, over a tile of whole channels, as a GEMM: rows m = (session, t), columns j = the tile's
+// channels, k = (input channel, tap); A[m, k] is gathered from x (0 outside the padded input), B[k, j] is the
+// weight. Blocks of kCtM x kCtN outputs step over k in chunks of kCtK staged in shared memory; a thread keeps
+// kCtRM x kCtRN accumulators (rows and columns contiguous, read as float4 / float2). Returns false, with
+// nothing written, when the task is not of that form or too small to fill a block (conv_body runs it).
+constexpr bool kConvTiled = false;
+constexpr int kCtM = 64, kCtN = 64, kCtK = 16;
+constexpr int kCtThreadsM = 16, kCtThreadsN = (int)kBlockThreads / kCtThreadsM;
+constexpr int kCtRM = kCtM / kCtThreadsM, kCtRN = kCtN / kCtThreadsN > 0 ? kCtN / kCtThreadsN : 1;
+static_assert(kCtRM == 4, "a thread reads its rows as one float4");
+// The block's threads tile the kCtM x kCtN outputs exactly (blocks of 32, 64, ..., 1,024 threads).
+constexpr bool kCtFits = kCtThreadsN * kCtRN == kCtN;
+
+template <int RN>
+__device__ __forceinline__ void load_cols(const float* src, float (&b)[RN]) {
+  if constexpr (RN == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(src);
+    b[0] = v.x; b[1] = v.y;
+  } else if constexpr (RN == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w;
+  } else {
+#pragma unroll
+    for (int q = 0; q < RN; ++q) b[q] = src[q];
+  }
+}
+
+__device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                                                unsigned* out_epoch, unsigned beat) {
+  const int nsp = (int)p[1];
+  const long long batch = p[2], group = p[5], has_bias = p[6];
+  if (nsp != 1 || batch != 1 || group != 1 || t.session_stride[1] != 0) return false;
+  // Every index of the tile fits 32 bits (a session's elements do; the payload's fields are 32-bit).
+  const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
+  const int stride = (int)p[10], pad = (int)p[11], dil = (int)p[12];
+  const unsigned M = (t.session_end - t.session_begin) * T;
+  if (t.elem_begin % T || t.elem_end % T) return false;
+  const unsigned u0 = t.elem_begin / T, U = (t.elem_end - t.elem_begin) / T;
+  if (M < kCtM || U < kCtN / 4) return false;  // a block would be mostly empty: conv_body's lane groups do better
+  const unsigned K = c_in * KW;
+  const OperandView out = operand(t, arena_base, kOutSlot);
+  const OperandView x = operand(t, arena_base, 0);
+  const OperandView w = operand(t, arena_base, 1);
+  const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
+  const Epilogue ep(t, arena_base, p + 13, has_bias ? 3 : 2);
+  bool ep_error = false;
+  __shared__ __align__(16) float As[kCtK][kCtM];
+  __shared__ __align__(16) float Bs[kCtK][kCtN];
+  const unsigned tid = threadIdx.x, ty = tid / kCtThreadsN, tx = tid % kCtThreadsN;
+  const float* wbase = w.at(0, 0) + (size_t)u0 * K;
+  for (unsigned m0 = 0; m0 < M; m0 += kCtM) {
+    for (unsigned j0 = 0; j0 < U; j0 += kCtN) {
+      float acc[kCtRM][kCtRN] = {};
+      for (unsigned k0 = 0; k0 < K; k0 += kCtK) {
+        // Stage A: element (kk, mm) of the chunk, mm fastest.
+        for (unsigned i = tid; i < kCtM * kCtK; i += kBlockThreads) {
+          const unsigned kk = i / kCtM, m = m0 + i % kCtM, k = k0 + kk;
+          float v = 0.0f;
+          if (m < M && k < K) {
+            const int pos = (int)(m % T) * stride + (int)(k % KW) * dil - pad;
+            if (pos >= 0 && pos < (int)L) v = *x.at(t.session_begin + m / T, (long long)(k / KW) * L + pos);
+          }
+          As[kk][i % kCtM] = v;
+        }
+        // Stage B: element (jj, kk) of the chunk, kk fastest (a channel's weights are contiguous in k).
+        for (unsigned i = tid; i < kCtN * kCtK; i += kBlockThreads) {
+          const unsigned jj = i / kCtK, kk = i % kCtK, j = j0 + jj, k = k0 + kk;
+          Bs[kk][jj] = (j < U && k < K) ? wbase[(size_t)j * K + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int kk = 0; kk < kCtK; ++kk) {
+          const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * kCtRM]);
+          float b[kCtRN];
+          load_cols<kCtRN>(&Bs[kk][tx * kCtRN], b);
+          const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+          for (int r = 0; r < kCtRM; ++r)
+#pragma unroll
+            for (int q = 0; q < kCtRN; ++q) acc[r][q] = fmaf(av[r], b[q], acc[r][q]);
+        }
+        __syncthreads();  // the chunk's staging is free for the next one
+      }
+#pragma unroll
+      for (int r = 0; r < kCtRM; ++r) {
+        const unsigned m = m0 + ty * kCtRM + r;
+        if (m >= M) continue;
+        const unsigned s = t.session_begin + m / T, tt = m % T;
+#pragma unroll
+        for (int q = 0; q < kCtRN; ++q) {
+          const unsigned j = j0 + tx * kCtRN + q;
+          if (j >= U) continue;
+          const unsigned o = u0 + j;
+          float sum = acc[r][q];
+          if (has_bias) sum += *bias.at(s, o);
+          const long long e = (long long)o * T + tt;
+          *out.at(s, e) = ep.apply(sum, s, e, ep_error);
+        }
+      }
+    }
+  }
+  if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+  return true;
+}
+
 // Not inlined: the kernel's register budget (128 at 512 threads) then holds per body, not summed.
 __device__ __noinline__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                                        unsigned* out_epoch, unsigned beat) {
+  if (kConvTiled && kCtFits && conv_tiled_body(t, p, arena_base, out_epoch, beat)) return;
   const int nsp = (int)p[1];
   const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
   const long long* in_sp = p + 7;
