@@ -34,13 +34,13 @@ def tiled_conv_tile(x, w, bias, stride, pad, dil, s0, s1, u0, u1, out):
                         pos = (m % T) * stride + (k % KW) * dil - pad
                         if 0 <= pos < L:
                             As[kk, i % CT_M] = xs[s0 + m // T, (k // KW) * L + pos]
-                Bs = np.zeros((CT_K, CT_N), np.float32)
+                Bs = np.zeros((CT_N, CT_K + 1), np.float32)  # channel-major, padded
                 for i in range(CT_N * CT_K):
                     jj, kk = i // CT_K, i % CT_K
                     j, k = j0 + jj, k0 + kk
                     if j < U and k < K:
-                        Bs[kk, jj] = wbase[j * K + k]
-                acc += As.T @ Bs
+                        Bs[jj, kk] = wbase[j * K + k]
+                acc += As.T @ Bs[:, :CT_K].T
             for mm in range(CT_M):
                 m = m0 + mm
                 if m >= M:

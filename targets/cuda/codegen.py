@@ -997,7 +997,7 @@ constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D co
 // the cohort shares, over a tile of whole channels, as a GEMM: rows m = (session, t), columns j = the tile's
 // channels, k = (input channel, tap); A[m, k] is gathered from x (0 outside the padded input), B[k, j] is the
 // weight. Blocks of kCtM x kCtN outputs step over k in chunks of kCtK staged in shared memory; a thread keeps
-// kCtRM x kCtRN accumulators (rows and columns contiguous, read as float4 / float2). Returns false, with
+// kCtRM x kCtRN accumulators (its rows contiguous, read as one float4). Returns false, with
 // nothing written, when the task is not of that form or too small to fill a block (conv_body runs it).
 constexpr bool kConvTiled = false;
 constexpr int kCtM = 64, kCtN = 64, kCtK = 16;
@@ -1006,20 +1006,6 @@ constexpr int kCtRM = kCtM / kCtThreadsM, kCtRN = kCtN / kCtThreadsN > 0 ? kCtN 
 static_assert(kCtRM == 4, "a thread reads its rows as one float4");
 // The block's threads tile the kCtM x kCtN outputs exactly (blocks of 32, 64, ..., 1,024 threads).
 constexpr bool kCtFits = kCtThreadsN * kCtRN == kCtN;
-
-template <int RN>
-__device__ __forceinline__ void load_cols(const float* src, float (&b)[RN]) {
-  if constexpr (RN == 2) {
-    const float2 v = *reinterpret_cast<const float2*>(src);
-    b[0] = v.x; b[1] = v.y;
-  } else if constexpr (RN == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(src);
-    b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w;
-  } else {
-#pragma unroll
-    for (int q = 0; q < RN; ++q) b[q] = src[q];
-  }
-}
 
 __device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                                                 unsigned* out_epoch, unsigned beat) {
@@ -1041,7 +1027,7 @@ __device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* 
   const Epilogue ep(t, arena_base, p + 13, has_bias ? 3 : 2);
   bool ep_error = false;
   __shared__ __align__(16) float As[kCtK][kCtM];
-  __shared__ __align__(16) float Bs[kCtK][kCtN];
+  __shared__ float Bs[kCtN][kCtK + 1];  // channel-major, padded: staging and reads both miss bank conflicts
   const unsigned tid = threadIdx.x, ty = tid / kCtThreadsN, tx = tid % kCtThreadsN;
   const float* wbase = w.at(0, 0) + (size_t)u0 * K;
   for (unsigned m0 = 0; m0 < M; m0 += kCtM) {
@@ -1061,14 +1047,15 @@ __device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* 
         // Stage B: element (jj, kk) of the chunk, kk fastest (a channel's weights are contiguous in k).
         for (unsigned i = tid; i < kCtN * kCtK; i += kBlockThreads) {
           const unsigned jj = i / kCtK, kk = i % kCtK, j = j0 + jj, k = k0 + kk;
-          Bs[kk][jj] = (j < U && k < K) ? wbase[(size_t)j * K + k] : 0.0f;
+          Bs[jj][kk] = (j < U && k < K) ? wbase[(size_t)j * K + k] : 0.0f;
         }
         __syncthreads();
 #pragma unroll 4
         for (int kk = 0; kk < kCtK; ++kk) {
           const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * kCtRM]);
           float b[kCtRN];
-          load_cols<kCtRN>(&Bs[kk][tx * kCtRN], b);
+#pragma unroll
+          for (int q = 0; q < kCtRN; ++q) b[q] = Bs[tx * kCtRN + q][kk];
           const float av[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
           for (int r = 0; r < kCtRM; ++r)
