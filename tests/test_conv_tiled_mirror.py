@@ -1,9 +1,9 @@
-"""The tiled CONV body's index arithmetic (targets/cuda/codegen.py, conv_tiled_body, an A/B candidate behind
-kConvTiled), mirrored step for step in numpy: its gather of A, its weight staging, its blocks and its
+"""The tiled CONV body's index arithmetic (targets/cuda/codegen.py, conv_tiled_body, on unless
+kConvTiled is false), mirrored step for step in numpy: its gather of A, its weight staging, its blocks and its
 output addressing, over Silero's conv shapes and ragged tiles, against the float64 ONNX reference
 (tests/test_interp.conv_ref). Tolerance 1e-5 absolute on values of magnitude ~10 (float32 sums in the
 mirror's order). A mismatch here is a bug in the arithmetic the CUDA body copies; the GPU check
-(gpu_check.py --set kConvTiled=true) is what proves the body itself."""
+(scripts/gpu_check.py against the interpreter) is what proves the body itself."""
 
 from __future__ import annotations
 

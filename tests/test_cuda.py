@@ -247,9 +247,11 @@ def ptxas_compile(tmp_path, src: str) -> str:
 
 
 # Spill bytes (stores or loads, per function) each shipped target's block size may cost: none at 256
-# threads (255 registers); at the H200's 512 (128 registers) ptxas spills up to 20 bytes, and that kernel
-# measured 1.5x faster than 256 threads (bench/RESULTS.md). More would mean a body grew.
-MAX_SPILL_BYTES = {256: 0, 512: 64}
+# threads (255 registers); at the H200's 512 (128 registers) ptxas spilled up to 20 bytes, and that kernel
+# measured 1.5x faster than 256 threads (bench/RESULTS.md). The tiled CONV (conv_tiled_body, called from
+# conv_body) raised the spills to 216 bytes, and that kernel measured 27% faster at 1,024 Silero sessions and
+# 3% slower at 1 (bench/RESULTS.md, sixth run). More would mean a body grew.
+MAX_SPILL_BYTES = {256: 0, 512: 232}
 
 
 @needs_nvcc
@@ -262,21 +264,11 @@ def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path, target):
     report = ptxas_compile(tmp_path, generate_kernel(meta))
     assert "warning" not in report.lower(), report
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    # The persistent and the fill kernel, and conv_body (not inlined).
-    assert len(spills) == 3 and max(int(b) for pair in spills for b in pair) <= MAX_SPILL_BYTES[threads], report
+    # The persistent and the fill kernel, and conv_body and conv_tiled_body (not inlined).
+    assert len(spills) == 4 and max(int(b) for pair in spills for b in pair) <= MAX_SPILL_BYTES[threads], report
     persistent = report[report.index(f"Compiling entry function '{codegen.KERNEL_NAME}'"):]
     regs = int(re.search(r"Used (\d+) registers", persistent).group(1))
     assert regs <= 65536 // threads, report  # __launch_bounds__(threads, 1): one block per SM
-
-
-@needs_nvcc
-def test_the_tiled_conv_candidate_builds_switched_on(tmp_path):
-    """kConvTiled (conv_tiled_body, measured next by gpu_check.py --set kConvTiled=true) compiles cleanly at
-    the H200's block size; its arithmetic is mirrored in tests/test_conv_tiled_mirror.py."""
-    meta = {**build_test_profile()[0].meta, "block_threads": 512}
-    report = ptxas_compile(tmp_path, codegen.with_constant(generate_kernel(meta), "kConvTiled", "true"))
-    assert "warning" not in report.lower(), report
-    assert "conv_tiled_body" in report
 
 
 # ---------------------------------------------------------------------------------------------

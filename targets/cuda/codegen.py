@@ -993,13 +993,13 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 constexpr int kConvSessions = 4;
 constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D convs)
 
-// The tiled CONV (an A/B candidate, off unless kConvTiled): a 1-D, ungrouped, single-image CONV whose weights
+// The tiled CONV (on unless kConvTiled is false): a 1-D, ungrouped, single-image CONV whose weights
 // the cohort shares, over a tile of whole channels, as a GEMM: rows m = (session, t), columns j = the tile's
 // channels, k = (input channel, tap); A[m, k] is gathered from x (0 outside the padded input), B[k, j] is the
 // weight. Blocks of kCtM x kCtN outputs step over k in chunks of kCtK staged in shared memory; a thread keeps
 // kCtRM x kCtRN accumulators (its rows contiguous, read as one float4). Returns false, with
 // nothing written, when the task is not of that form or too small to fill a block (conv_body runs it).
-constexpr bool kConvTiled = false;
+constexpr bool kConvTiled = true;
 constexpr int kCtM = 64, kCtN = 64, kCtK = 16;
 constexpr int kCtThreadsM = 16, kCtThreadsN = (int)kBlockThreads / kCtThreadsM;
 constexpr int kCtRM = kCtM / kCtThreadsM, kCtRN = kCtN / kCtThreadsN > 0 ? kCtN / kCtThreadsN : 1;
