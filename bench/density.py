@@ -17,7 +17,7 @@ harness); for Silero profiles (input ``input`` [576]) with torch and a GPU, the 
 bench/silero_peers.py on the same clock: ``graph`` (the batched step captured once in a CUDA graph) and
 ``batched`` (eager, the whole cohort in one call). Frames: Silero's `wavec.audio.cohort_schedule` (real
 speech, staggered joins that reset a slot), or seeded unit-normal frames for other models; a large cohort's
-beats cycle through the first ones that fit FRAME_BYTES_BUDGET of host memory.
+beats cycle through the first ones that fit gpu_check.FRAME_BYTES_BUDGET (1 GiB) of host memory.
 
 Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, the host's
 lag p99 from a beat's start to its frames being handed over, the physical floor from the profile's report
@@ -47,7 +47,8 @@ def is_silero(profile) -> bool:
 
 def workload(profile, beats: int):
     """(frames per input, as wavec.serve.Feed takes them; reset [beats, sessions]) for ``beats`` beats."""
-    from silero_peers import Beats, distinct_beats
+    from gpu_check import distinct_beats
+    from silero_peers import Beats
 
     from wavec.audio import cohort_schedule
 

@@ -23,7 +23,7 @@ frames (host to device copy) to having the outputs on the host, the deadline's v
 ``solo`` runs 2 untimed and ``--solo-beats`` timed beats per run (S eager calls per beat), for cohorts up
 to ``--solo-max-sessions`` (its beat is S calls of a one-session beat: 65,536 sessions would take minutes
 per beat). Every run serves the same beats; a large cohort's beats cycle through the first of them that fit
-FRAME_BYTES_BUDGET of host memory (65,536 sessions: 151 MB a beat). Before timing, the outputs of
+gpu_check.FRAME_BYTES_BUDGET (1 GiB) of host memory (65,536 sessions: 151 MB a beat). Before timing, the outputs of
 ``--check-beats`` beats are compared: wavec against the batched peer (max abs, fp32 both; tolerance 1e-4).
 
 Needs numpy, cuda-bindings, nvcc and torch (the GPU machine); not xDSL. Prints one table; --json writes the
@@ -44,13 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-4
 STATE_SHAPE = (2, 128)  # Silero's LSTM state per session: [2, S, 128]
 SOLO_WARMUP = 2  # untimed beats of the one-session-at-a-time peer (S eager calls each: 1,024 sessions take ~0.5 s)
-FRAME_BYTES_BUDGET = 8 << 30  # host bytes of distinct timed frames; beyond it the beats cycle through them
-
-
-def distinct_beats(beats: int, frame_bytes: int) -> int:
-    """How many of ``beats`` beats of ``frame_bytes`` each (all sessions' frames) fit FRAME_BYTES_BUDGET: the
-    timed beats cycle through that many (at least 1)."""
-    return max(1, min(beats, FRAME_BYTES_BUDGET // max(1, frame_bytes)))
 
 
 def peer_network(device: str):
@@ -211,6 +204,8 @@ def time_wavec(profile, cubin, frames: np.ndarray, reset: np.ndarray) -> np.ndar
 
 
 def measure(directory: Path, net, args) -> dict:
+    from gpu_check import distinct_beats
+
     import wavec
     from wavec.audio import cohort_schedule
     from wavec.targets.cuda.build import build_cubin
