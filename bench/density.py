@@ -67,15 +67,24 @@ def workload(profile, beats: int):
     return frames, reset
 
 
+def client_outputs(profile) -> list[str]:
+    """The outputs a client is owed each beat: all but the states' updates (all, if that leaves none)."""
+    updates = {state.get("output") for state in profile.meta.get("states", [])}
+    names = [spec["name"] for spec in profile.meta["outputs"]]
+    return [n for n in names if n not in updates] or names
+
+
 def serve_runs(profile, make_backend, frames, reset, beat_ms: float, runs: int) -> list:
-    """--runs ServeResults of ``make_backend()`` serving the frames on a ``beat_ms`` clock."""
+    """--runs ServeResults of ``make_backend()`` serving the frames on a ``beat_ms`` clock. Every system sends
+    back the same outputs each beat: those that are not a state's update (the state stays on the GPU, as
+    the peers keep theirs)."""
     from wavec.serve import BeatClock, Feed, Server, SessionSchedule
 
     results = []
     for _ in range(runs):
         backend = make_backend()
         try:
-            results.append(Server(profile, BeatClock(beat_ms * 1e3), backend).run(
+            results.append(Server(profile, BeatClock(beat_ms * 1e3), backend, client_outputs(profile)).run(
                 Feed(frames), SessionSchedule.from_reset(reset)))
         finally:
             backend.close()

@@ -140,7 +140,8 @@ class TorchPeerBackend:
     def ready(self) -> bool:
         return True
 
-    def collect(self) -> dict[str, np.ndarray]:
+    def collect(self, names=None) -> dict[str, np.ndarray]:
+        """The speech probability only (``names`` None or ["output"]): the LSTM state stays on the GPU."""
         return {"output": self.out_host.numpy().copy()}
 
     def close(self) -> None:

@@ -242,6 +242,38 @@ def test_cuda_backend_publishes_ahead_against_a_fake_driver(monkeypatch, tmp_pat
     assert len(backend.session.latencies_us) == 8 and min(backend.session.latencies_us) > 0
 
 
+def test_cuda_backend_fetches_only_the_named_outputs_bytes(monkeypatch, tmp_path):
+    """A server that fetches one output copies that output's span of the output half back, not the rest
+    (a state's update stays on the device), and delivers it as the full fetch does."""
+    pytest.importorskip("wavec.targets.interp")
+    from test_cuda import FakeDriver, build_test_profile, random_run
+
+    small, _ = build_test_profile(sessions=5)
+    fake = FakeDriver(small)
+    monkeypatch.setattr(runtime, "_cu", fake)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    frames, _ = random_run(small, 4)
+    copied = []
+    dtoh = fake.cuMemcpyDtoHAsync
+    monkeypatch.setattr(fake, "cuMemcpyDtoHAsync", lambda dst, src, n, stream: (copied.append(n), dtoh(dst, src, n, stream))[1])
+    results = {}
+    for fetch in (None, ["lse"]):
+        backend = CudaBackend(small, cubin=cubin, timeout_s=20)
+        try:
+            results[str(fetch)] = Server(small, BeatClock(1.0), backend, fetch).run(Feed(frames), SessionSchedule.always(5))
+        finally:
+            backend.close()
+    every, one = results["None"], results["['lse']"]
+    assert list(one.outputs) == ["lse"] and len(every.outputs) == len(small.meta["outputs"]) > 1
+    np.testing.assert_array_equal(one.outputs["lse"], every.outputs["lse"])
+    lse = next(o for o in small.meta["outputs"] if o["name"] == "lse")
+    assert copied[4:] == [4 * lse["session_stride"] + 4 * 4] * 4  # 5 sessions' rows of 4 floats
+    assert copied[0] > copied[4]
+    with pytest.raises(WavecError, match="--fetch nope: not an output"):
+        Server(small, BeatClock(1.0), None, ["nope"])
+
+
 def test_cuda_session_refuses_to_publish_two_beats_ahead(monkeypatch, tmp_path):
     from test_cuda import FakeDriver, build_test_profile, random_run
 
@@ -332,6 +364,7 @@ def test_cli_serve_writes_the_records(served, tmp_path, capsys, profile):
     ({"--beats": "0"}, "--beats 0: serve at least one beat"),
     ({"-o": "nodir/records.jsonl"}, "does not exist"),
     ({"--outputs": "records.jsonl"}, "is also the records file"),
+    ({"--fetch": "stateN"}, "--fetch stateN: not an output of the profile; its outputs are y"),
 ])
 def test_cli_serve_errors_are_one_line_and_write_nothing(served, tmp_path, capsys, monkeypatch, profile, change, message):
     monkeypatch.chdir(tmp_path)
@@ -369,3 +402,16 @@ def test_cuda_serve_equals_interp_run_on_the_frames_used(profile):
     assert not calm.late.any(), calm.lateness_us
     for name, got in calm.outputs.items():
         np.testing.assert_array_equal(got[active], fast.outputs[name][active])
+
+
+@pytest.mark.parametrize("sessions, chunk_bytes", [(1, 4), (7, 4), (64, 4 << 20), (1000, 1000)])
+def test_gather_split_over_threads_copies_and_silences_every_row(sessions, chunk_bytes):
+    from wavec.serve import copy_silencing
+
+    rng = np.random.default_rng(sessions)
+    source = rng.standard_normal((sessions, 3, 5), dtype=np.float32)
+    silent = rng.random(sessions) < 0.3
+    frame = np.full_like(source, np.nan)
+    copy_silencing(frame, source, silent, chunk_bytes=chunk_bytes)
+    np.testing.assert_array_equal(frame[~silent], source[~silent])
+    assert not frame[silent].any()

@@ -413,13 +413,14 @@ def cmd_serve(args) -> int:
 
     from wavec.errors import RuntimeBackendError
     from wavec.profile import check_inputs, load
-    from wavec.serve import parse_schedule, serve
+    from wavec.serve import check_fetch, parse_schedule, serve
 
     beat_ms = _milliseconds(args.beat_ms, "--beat-ms", "beat period")
     deadline_ms = _milliseconds(args.deadline_ms, "--deadline-ms", "deadline") if args.deadline_ms is not None else None
     if args.beats is not None and args.beats < 1:
         raise WavecError(f"--beats {args.beats}: serve at least one beat")
     profile = load(args.profile)
+    check_fetch(profile, args.fetch)
     target = _check_output_file(args.output)
     out_npz = _check_output_file(args.outputs, "--outputs") if args.outputs is not None else None
     if out_npz is not None and out_npz.resolve() == target.resolve():
@@ -441,7 +442,7 @@ def cmd_serve(args) -> int:
         schedule, late = parse_schedule(_read_json(args.schedule, "--schedule", "schedule file (.json)"),
                                         profile.sessions, args.schedule)
     result = serve(profile, arrays, beat_ms, schedule=schedule, late_frames=late, beats=args.beats,
-                   backend=args.backend, deadline_ms=deadline_ms, reset=reset)
+                   backend=args.backend, deadline_ms=deadline_ms, reset=reset, fetch=args.fetch)
     if out_npz is not None:
         write_atomically(out_npz, lambda f: np.savez(f, **result.outputs))
     write_atomically(target, result.write_jsonl, binary=False)
@@ -537,6 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline-ms", metavar="D", help="deadline after each beat's start (default: the beat period)")
     p.add_argument("--backend", choices=("interp", "cuda"), default="interp")
     p.add_argument("--outputs", metavar="OUT.npz", help="also write the outputs [beats, sessions, *shape] (NaN where idle)")
+    p.add_argument("--fetch", action="append", metavar="NAME",
+                   help="an output to send back every beat (repeatable; default all). A state's update output "
+                        "need not come back: the state stays on the device")
     p.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl", help="records to write (JSON Lines)")
     p.set_defaults(func=cmd_serve)
     return parser

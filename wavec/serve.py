@@ -54,8 +54,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -251,10 +253,50 @@ class Feed:
         out = {}
         for name, arr in self.frames.items():
             frame = into[name] if into is not None else np.empty_like(arr[beat])
-            np.copyto(frame, arr[beat])
-            frame[silent] = 0
+            copy_silencing(frame, arr[beat], silent)
             out[name] = frame
         return out, status
+
+
+GATHER_CHUNK_BYTES = 4 << 20  # a gather thread's share of a beat's frames, at least
+GATHER_THREADS = min(8, os.cpu_count() or 1)
+_gather_pool: ThreadPoolExecutor | None = None
+
+
+def copy_silencing(frame: np.ndarray, source: np.ndarray, silent: np.ndarray,
+                   chunk_bytes: int = GATHER_CHUNK_BYTES) -> None:
+    """``frame[:] = source`` with the rows where ``silent`` (bool ``[sessions]``) zeroed, split by rows over
+    up to GATHER_THREADS threads once a beat's frames pass ``chunk_bytes`` (numpy copies without the GIL).
+    With one thread, gathering Silero's 151 MB a beat at 65,536 sessions outlasted the 32 ms beat on the
+    H200's host (bench/RESULTS.md, fifth run)."""
+    global _gather_pool
+    parts = max(1, min(GATHER_THREADS, frame.nbytes // max(1, chunk_bytes), len(frame)))
+    bounds = np.linspace(0, len(frame), parts + 1).astype(int)
+
+    def copy(i: int) -> None:
+        rows = slice(bounds[i], bounds[i + 1])
+        np.copyto(frame[rows], source[rows])
+        frame[rows][silent[rows]] = 0
+
+    if parts == 1:
+        copy(0)
+        return
+    if _gather_pool is None:
+        _gather_pool = ThreadPoolExecutor(GATHER_THREADS, thread_name_prefix="wavec-gather")
+    for done in [_gather_pool.submit(copy, i) for i in range(parts)]:
+        done.result()
+
+
+def check_fetch(profile: Profile, fetch: list[str] | None) -> list[str]:
+    """The output names to send back each beat: ``fetch``, checked against the profile's outputs, or all."""
+    names = [spec["name"] for spec in profile.meta["outputs"]]
+    if fetch is None:
+        return names
+    unknown = [n for n in fetch if n not in names]
+    if unknown or not fetch:
+        raise WavecError(f"--fetch {', '.join(unknown) or '(none)'}: not an output of the profile; its outputs are "
+                         f"{', '.join(names)}")
+    return [n for n in names if n in fetch]
 
 
 # ---- backends ----------------------------------------------------------------------------------------------
@@ -287,9 +329,9 @@ class InterpBackend:
     def ready(self) -> bool:
         return True
 
-    def collect(self) -> dict[str, np.ndarray]:
+    def collect(self, names=None) -> dict[str, np.ndarray]:
         out, self._outputs = self._outputs, None
-        return out
+        return out if names is None else {name: out[name] for name in names}
 
     def close(self) -> None:
         pass
@@ -316,8 +358,8 @@ class CudaBackend:
     def ready(self) -> bool:
         return self.session.ready()
 
-    def collect(self) -> dict[str, np.ndarray]:
-        return self.session.collect()
+    def collect(self, names=None) -> dict[str, np.ndarray]:
+        return self.session.collect(names)
 
     @property
     def last_compute_us(self) -> float:
@@ -432,10 +474,13 @@ class Server:
     """Serves a cohort on ``clock`` through ``backend`` (an InterpBackend or CudaBackend); see the module
     docstring for the beat loop. `run` may be called once."""
 
-    def __init__(self, profile: Profile, clock: BeatClock, backend):
+    def __init__(self, profile: Profile, clock: BeatClock, backend, fetch: list[str] | None = None):
+        """``fetch``: the outputs sent back every beat (default all). A state's update output need not be:
+        the state stays on the device. Raises WavecError for a name the profile does not output."""
         self.profile = profile
         self.clock = clock
         self.backend = backend
+        self.fetch = check_fetch(profile, fetch)
 
     def run(self, feed: Feed, schedule: SessionSchedule, beats: int | None = None) -> ServeResult:
         """Serves ``beats`` beats (default: all the feed holds) of ``feed`` under ``schedule``."""
@@ -452,13 +497,13 @@ class Server:
         status = np.zeros((beats, sessions), np.int8)
         times = {k: np.zeros(beats) for k in ("start", "published", "done", "deadline", "compute")}
         outputs = {spec["name"]: np.zeros((beats, sessions, *spec["shape"]), np.float32)
-                   for spec in self.profile.meta["outputs"]}
+                   for spec in self.profile.meta["outputs"] if spec["name"] in self.fetch}
         clock, backend = self.clock, self.backend
         pending: deque[int] = deque()
 
         def collect() -> None:
             b = pending.popleft()
-            out = backend.collect()
+            out = backend.collect(self.fetch)
             times["done"][b] = clock.now_us()
             times["compute"][b] = backend.last_compute_us
             for name, value in out.items():
@@ -505,13 +550,15 @@ def serve(
     backend: str = "interp",
     deadline_ms: float | None = None,
     reset: np.ndarray | None = None,
+    fetch: list[str] | None = None,
     **options,
 ) -> ServeResult:
     """Serves recorded ``inputs`` (each float ``[beats, sessions, *frame]``, as `Profile.run` takes them) on a
     ``beat_ms`` clock. ``schedule`` (default: every slot from beat 0 on; or, given ``reset`` as `wavec run`
     reads it, every slot rejoining at its reset beats) says who is in the cohort when; ``late_frames``
-    ``(beat, slot, delay_us)`` which frames miss their beat. ``options`` go to the backend (interp: seed;
-    cuda: those of CudaSession). Raises WavecError for bad inputs."""
+    ``(beat, slot, delay_us)`` which frames miss their beat; ``fetch`` which outputs come back (default all).
+    ``options`` go to the backend (interp: seed; cuda: those of CudaSession). Raises WavecError for bad
+    inputs."""
     if not (isinstance(beat_ms, (int, float)) and math.isfinite(beat_ms) and beat_ms > 0):
         raise WavecError(f"--beat-ms {beat_ms}: the beat period must be a positive number of milliseconds")
     if deadline_ms is not None and not (math.isfinite(deadline_ms) and deadline_ms > 0):
@@ -527,6 +574,6 @@ def serve(
     clock = BeatClock(beat_ms * 1e3, None if deadline_ms is None else deadline_ms * 1e3)
     runner = open_backend(profile, backend, **options)
     try:
-        return Server(profile, clock, runner).run(feed, schedule, beats)
+        return Server(profile, clock, runner, fetch).run(feed, schedule, beats)
     finally:
         runner.close()
