@@ -371,6 +371,8 @@ def test_a_complete_custom_pipeline_compiles(tmp_path, capsys):
     ("name: x\nsm_count: 2\n", "missing hbm_bandwidth_bytes_per_s, peak_flops_per_s"),
     ("name: x\nsm_count: 2\nthreads_per_block: 100\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n",
      "threads_per_block is 100; it must be a multiple of 32 in [32, 1024]"),
+    ("name: x\nsm_count: 2\nl2_bytes: 1.5\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n",
+     "l2_bytes is 1.5; it must be a whole number of bytes >= 1"),
 ])
 def test_bad_hw_yaml_is_one_line(tmp_path, capsys, text, message):
     hw = tmp_path / "gpu.yaml"

@@ -271,6 +271,40 @@ def test_kernel_compiles_for_sm90a_without_warnings_or_spills(tmp_path, target):
     assert regs <= 65536 // threads, report  # __launch_bounds__(threads, 1): one block per SM
 
 
+def test_weights_are_prefetched_only_when_they_outgrow_l2():
+    """prefetch_weights: on for weights larger than the target's L2 (bench/gemm.py's 134 MB at 60 MB), off
+    for Silero's 1.2 MB and for profiles without ``l2_bytes``; wavec.compile records the target's L2."""
+    from wavec.hw import load_hw
+
+    l2 = int(load_hw("h200")["l2_bytes"])
+    assert codegen.prefetch_weights({"l2_bytes": l2, "arena_bytes": {"weights": 134217728}})
+    assert not codegen.prefetch_weights({"l2_bytes": l2, "arena_bytes": {"weights": 1_200_000}})
+    assert not codegen.prefetch_weights({"arena_bytes": {"weights": 134217728}})
+    meta = build_test_profile()[0].meta
+    assert "constexpr bool kPrefetchWeights = false;" in generate_kernel(meta)
+    assert "constexpr bool kPrefetchWeights = true;" in generate_kernel({**meta, "l2_bytes": 4})
+
+
+def test_compiled_profiles_carry_their_targets_l2():
+    import wavec
+    from wavec.hw import load_hw
+    from wavec.models import silero_vad_path
+
+    profile = wavec.compile(silero_vad_path(), sessions=1, bindings={"sr": 16000}, frames={"input": 576},
+                            states=[("state", "stateN")])
+    assert profile.meta["l2_bytes"] == load_hw("h200")["l2_bytes"]
+    assert "constexpr bool kPrefetchWeights = false;" in profile.kernel_source
+
+
+@needs_nvcc
+def test_the_prefetching_kernel_builds_within_the_spill_bound(tmp_path):
+    meta = {**build_test_profile()[0].meta, "block_threads": 512, "l2_bytes": 4}
+    report = ptxas_compile(tmp_path, generate_kernel(meta))
+    assert "warning" not in report.lower(), report
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert max(int(b) for pair in spills for b in pair) <= MAX_SPILL_BYTES[512], report
+
+
 # ---------------------------------------------------------------------------------------------
 # Build cache and errors
 

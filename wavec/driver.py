@@ -219,7 +219,8 @@ def finish_profile(module, weights, name: str, target: dict, bindings: dict) -> 
     progress = current_progress()
     with progress.stage("emit"):
         profile = profile_from_module(module, weights, model=name, hw=target["name"],
-                                      block_threads=target["threads_per_block"], bindings=bindings)
+                                      block_threads=target["threads_per_block"], l2_bytes=target.get("l2_bytes"),
+                                      bindings=bindings)
     with progress.stage("codegen"):
         profile.kernel_source = generate_kernel(profile.meta)
     with progress.stage("report"):

@@ -135,12 +135,14 @@ def profile_from_module(
     model: str = "model",
     hw: str = "h200",
     block_threads: int | None = None,
+    l2_bytes: int | None = None,
     bindings: dict | None = None,
     kernel_source: str = "",
 ) -> Profile:
     """Builds the Profile of a fully lowered module. ``weights=None`` leaves the weights image zeroed, in
     no memory (enough for verification, which never reads weight values). ``block_threads``: the
-    persistent block's size (the target's threads_per_block; None: the kernel generator's default)."""
+    persistent block's size (the target's threads_per_block; None: the kernel generator's default);
+    ``l2_bytes``: the target's L2 (None: unknown; the kernel then never prefetches weights)."""
     buffers = buffers_of(module)
     workers = module.attributes["wpk.workers"].value.data
     arena_bytes = {k: v.value.data for k, v in module.attributes["wpk.arena_bytes"].data.items()}
@@ -155,6 +157,7 @@ def profile_from_module(
         "workers": workers,
         "hw": hw,
         **({"block_threads": int(block_threads)} if block_threads else {}),
+        **({"l2_bytes": int(l2_bytes)} if l2_bytes else {}),
         "n_counters": module.attributes["wpk.counters"].value.data,
         "arena_bytes": arena_bytes,
         "act_lower_bound": module.attributes["wpk.act_lower_bound"].value.data,

@@ -59,6 +59,9 @@ def load_hw(name_or_path: str) -> dict:
     threads = hw.setdefault("threads_per_block", BLOCK_THREADS)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 32 <= threads <= 1024 or threads % 32:
         raise WavecError(f"{where}: threads_per_block is {threads!r}; it must be a multiple of 32 in [32, 1024]")
+    l2 = hw.get("l2_bytes")  # optional: without it the kernel never prefetches weights (codegen.prefetch_weights)
+    if l2 is not None and (isinstance(l2, bool) or not isinstance(l2, int) or l2 < 1):
+        raise WavecError(f"{where}: l2_bytes is {l2!r}; it must be a whole number of bytes >= 1")
     bw = hw["hbm_bandwidth_bytes_per_s"]
     if not _positive(bw):
         raise WavecError(f"{where}: hbm_bandwidth_bytes_per_s is {bw!r}; it must be a positive number")

@@ -619,7 +619,8 @@ def n_task_inputs(params: Params) -> int:
 def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int) -> np.ndarray:
     """Element offsets (relative to the operand's session start) that output elements ``[begin, end)`` of
     one session touch in ``operand`` (an input slot, or OUT). Exact for every opcode except CONV's
-    input ``x``, where it is the whole images the tile's batch rows cover (a superset)."""
+    inputs, where it is a superset: for ``x`` the whole images the tile's batch rows cover, for ``w`` and
+    ``bias`` the whole tensor."""
     if operand == OUT:
         strides = params.out_strides if not isinstance(params, ConvParams) else contiguous_strides(params.shape)
         return view_offsets(params.shape, strides, begin, end)

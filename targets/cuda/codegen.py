@@ -185,6 +185,16 @@ def block_threads(profile_meta: dict) -> int:
     return int(profile_meta.get("block_threads", BLOCK_THREADS))
 
 
+def prefetch_weights(profile_meta: dict) -> bool:
+    """Whether the kernel prefetches a task's weight slice into L2 while the task waits (kPrefetchWeights):
+    when the weights outgrow the target's L2 (profile.json's ``l2_bytes``), so every beat reads them from
+    HBM. Measured on the H200 (bench/RESULTS.md, sixth run), p50 with / without: 8 chained 2048 x 2048
+    linears (134 MB) 484.1 / 576.3 us at 8 sessions, 2,593.7 / 2,829.1 at 64, 208.6 / 197.1 at 1; Silero
+    (1.2 MB, resident in L2) 109.3 / 98.4 us at 1 session, 159.2 / 152.0 at 64."""
+    l2 = int(profile_meta.get("l2_bytes", 0))
+    return l2 > 0 and int(profile_meta.get("arena_bytes", {}).get("weights", 0)) > l2
+
+
 def generate_kernel(profile_meta: dict) -> str:
     """The CUDA C source of the persistent kernel for ``profile_meta`` (profile.json's content)."""
     meta = profile_meta
@@ -204,6 +214,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "max_inputs": MAX_INPUTS,
         "gemm_cols": GEMM_COLS,
         "cohort_gemm_switch": COHORT_GEMM_SWITCH.format("false"),
+        "prefetch_weights": "true" if prefetch_weights(meta) else "false",
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -1287,6 +1298,56 @@ $reduce_cases
   }
 }
 
+// L2 prefetch of a task's shared weights (kPrefetchWeights: on when the weights outgrow L2, codegen's
+// prefetch_weights): the whole block issues it before thread 0 waits for the task's inputs, so the weight
+// slice streams from HBM while the producers finish instead of after. It covers operand 1 of a MATMUL (b)
+// or CONV (w) that lives in the weights arena and is shared by the cohort, up to kPrefetchMaxBytes a task
+// (132 workers x 256 KB stay within the H200's 60 MB L2). A prefetch never faults and changes no value.
+constexpr bool kPrefetchWeights = $prefetch_weights;
+constexpr long long kPrefetchMaxBytes = 256 << 10;
+constexpr long long kL2LineBytes = 128;
+
+// Every L2 line of `segs` segments of `seg_bytes` bytes, `seg_stride` bytes apart from `base`, within
+// kPrefetchMaxBytes (the first segments, and the first lines of each).
+__device__ __forceinline__ void prefetch_l2(const char* base, long long segs, long long seg_stride, long long seg_bytes) {
+  if (segs <= 0 || seg_bytes <= 0) return;
+  const long long lines = min(seg_bytes / kL2LineBytes + 2, kPrefetchMaxBytes / kL2LineBytes);  // +2: unaligned ends
+  segs = min(segs, max(1LL, kPrefetchMaxBytes / (lines * kL2LineBytes)));
+  for (long long i = threadIdx.x; i < segs * lines; i += blockDim.x) {
+    const long long seg = i / lines, at = min((i % lines) * kL2LineBytes, seg_bytes - 1);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + seg * seg_stride + at));
+  }
+}
+
+__device__ __forceinline__ void prefetch_task_weights(const Payload& t, const long long* __restrict__ p,
+                                                      char* const* arena_base) {
+  if (((t.arenas >> 4) & 0xFu) != kArenaWeights || t.session_stride[1] != 0 || t.elem_begin >= t.elem_end) return;
+  const char* w = arena_base[kArenaWeights] + t.offset[1];
+  if (t.opcode == kOpMatmul) {
+    // b[k, n] at b_strides[rank - 1] * n + b_strides[rank] * k (elements); one matrix for every output row.
+    const int rank = (int)p[1];
+    const long long* shape = p + 2;
+    const long long* b_strides = shape + 2 * rank + 1 + rank + 1;
+    for (int d = 0; d < rank - 1; ++d)
+      if (b_strides[d] != 0) return;
+    const long long N = shape[rank - 1], K = shape[rank], bn = b_strides[rank - 1], bk = b_strides[rank];
+    long long n0 = t.elem_begin % N, n1 = (t.elem_end - 1) % N + 1;
+    if ((t.elem_end - 1) / N != t.elem_begin / N) n0 = 0, n1 = N;  // whole rows: every column
+    if (bn <= bk) prefetch_l2(w + 4 * n0 * bn, K, 4 * bk, 4 * ((n1 - n0 - 1) * bn + 1));
+    else prefetch_l2(w + 4 * n0 * bn, n1 - n0, 4 * bn, 4 * ((K - 1) * bk + 1));
+  } else if (t.opcode == kOpConv) {
+    // w[o, c, taps] contiguous: the tile's output channels' rows.
+    const int nsp = (int)p[1];
+    const long long c_in = p[3], c_out = p[4], group = p[5];
+    long long T = 1, taps = 1;
+    for (int d = 0; d < nsp; ++d) T *= p[7 + nsp + d], taps *= p[7 + 2 * nsp + d];
+    const long long row = c_in / group * taps;
+    long long o0 = t.elem_begin / T % c_out, o1 = (t.elem_end - 1) / T % c_out + 1;
+    if ((t.elem_end - 1) / (T * c_out) != t.elem_begin / (T * c_out) || o1 <= o0) o0 = 0, o1 = c_out;
+    prefetch_l2(w + 4 * o0 * row, 1, 0, 4 * (o1 - o0) * row);
+  }
+}
+
 __device__ void run_task(const Payload& t, const long long* __restrict__ params, char* const* arena_base,
                          unsigned* out_epoch, unsigned beat) {
   if (t.elem_begin >= t.elem_end || t.session_begin >= t.session_end) return;
@@ -1381,6 +1442,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       if (threadIdx.x < sizeof(Payload) / 4)
         reinterpret_cast<unsigned*>(&task)[threadIdx.x] = __ldg(reinterpret_cast<const unsigned*>(payloads + i) + threadIdx.x);
       __syncthreads();
+      if (kPrefetchWeights) prefetch_task_weights(task, params + task.params, arena_base);
       if (threadIdx.x == 0) {
         if (trace) trace[kTraceWords * i + 0] = global_timer_ns();
         int r = kReached;
