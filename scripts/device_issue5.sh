@@ -1,31 +1,33 @@
 #!/usr/bin/env bash
 # Issue 5's GPU measurements. Run on the GPU machine from the repository root, with profiles and cubins
 # prepared here and carried in .device/:
-#   python3 scripts/device_profiles.py --sessions 1 64 1024 4096 16384 32768 --barrier-sessions
+#   python3 scripts/device_profiles.py --sessions 1 64 1024 4096 16384 32768 65536 --barrier-sessions
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-* .device/zoo-* .device/serve-*
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-{1,64,1024,16384} --set SWITCH
 #   python3 bench/conv.py compile --out .device/conv       (for the conv part)
 # Usage: scripts/device_issue5.sh PART... [-- OUTDIR]   (OUTDIR default: $OUT, the device tool's folder)
 #   check    Silero against onnxruntime, with its phase timeline (silero.json); the zoo against the interpreter
 #            (zoo.json)
+#   big      Silero at 4,096 and 16,384 sessions against onnxruntime (big.json)
 #   timeline `wavec run --backend cuda --timeline` on Silero at 64 sessions (timeline.json)
 #   ab=NAME=VALUE   Silero with a kernel switch set (gpu_check --set), against the interpreter (ab.json)
-#   peers    Silero against PyTorch eager one at a time, batched and CUDA graph (peers.json)
+#   peers    Silero against PyTorch eager one at a time (up to 64 sessions), batched and CUDA graph, 1 to
+#            16,384 sessions, 1,020 timed beats each (peers.json)
 #   density  the largest cohort each system holds at a 32 ms beat (density.json, density.png)
 #   conv     Silero's convolutions alone against cuDNN and the floor (conv.json; bench/conv.py)
-# Every step has its own timeout (the parts given fit one 10-minute device call); a step that overruns
-# leaves the others' results, and density.json is rewritten after every row.
+# Every step has its own timeout; `check big timeline conv` fit one 10-minute device call, `peers density`
+# another. A step that overruns leaves the others' results, and density.json is rewritten after every row.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|timeline|ab=NAME=VALUE|peers|density|conv ... [-- OUTDIR]"
+usage="usage: $0 check|big|timeline|ab=NAME=VALUE|peers|density|conv ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | timeline | peers | density | conv | ab=?*=?*) ;;
+  check | big | timeline | peers | density | conv | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -38,6 +40,10 @@ for part in "${parts[@]}"; do
     timeout 90 python3 scripts/silero_gpu.py .device/vad-1 .device/vad-64 .device/vad-1024 \
       --check-beats 20 --beats 300 --warmup 30 --json "$out/silero.json"
     timeout 60 python3 scripts/gpu_check.py .device/zoo-* --beats 100 --warmup 10 --json "$out/zoo.json"
+    ;;
+  big)
+    timeout 90 python3 scripts/silero_gpu.py .device/vad-4096 .device/vad-16384 --check-beats 5 --beats 100 \
+      --warmup 10 --json "$out/big.json"
     ;;
   timeline)
     python3 -c "$prelude
@@ -52,14 +58,14 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-64 --b
       --set "${part#ab=}" --check-beats 2 --beats 200 --warmup 20 --json "$out/ab.json"
     ;;
   peers)
-    timeout 120 python3 bench/silero_peers.py .device/vad-1 .device/vad-64 .device/vad-1024 --beats 300 \
-      --warmup 30 --json "$out/peers.json"
+    timeout 250 python3 bench/silero_peers.py .device/vad-1 .device/vad-64 .device/vad-1024 .device/vad-4096 \
+      .device/vad-16384 --beats 340 --warmup 30 --solo-max-sessions 64 --json "$out/peers.json"
     ;;
   conv)
-    timeout 150 python3 bench/conv.py run --out .device/conv --beats 200 --warmup 20 --json "$out/conv.json"
+    timeout 240 python3 bench/conv.py run --out .device/conv --beats 200 --warmup 20 --json "$out/conv.json"
     ;;
   density)
-    timeout 170 python3 bench/density.py .device/vad-4096 .device/vad-16384 .device/vad-32768 \
+    timeout 230 python3 bench/density.py .device/vad-16384 .device/vad-32768 .device/vad-65536 \
       --beat-ms 32 --beats 100 --runs 3 --json "$out/density.json" --png "$out/density.png"
     ;;
   esac
