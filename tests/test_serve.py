@@ -204,15 +204,24 @@ def test_import_needs_numpy_alone():
 # -- the cuda backend's publish-ahead path against test_cuda's fake driver ----------------------------------
 
 
-def test_cuda_backend_publishes_ahead_against_a_fake_driver(monkeypatch, tmp_path):
-    pytest.importorskip("wavec.targets.interp")
-    from test_cuda import FakeDriver, build_test_profile, random_run
+def fake_cuda(monkeypatch, tmp_path, sessions: int):
+    """test_cuda's built-in program for ``sessions`` sessions on its fake driver (a host thread plays the
+    kernel): (profile, driver, cubin path)."""
+    from test_cuda import FakeDriver, build_test_profile
 
-    small, _ = build_test_profile(sessions=5)
+    small, _ = build_test_profile(sessions=sessions)
     fake = FakeDriver(small)
     monkeypatch.setattr(runtime, "_cu", fake)
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(b"\0")
+    return small, fake, cubin
+
+
+def test_cuda_backend_publishes_ahead_against_a_fake_driver(monkeypatch, tmp_path):
+    pytest.importorskip("wavec.targets.interp")
+    from test_cuda import random_run
+
+    small, fake, cubin = fake_cuda(monkeypatch, tmp_path, 5)
     frames, _ = random_run(small, 8)
     schedule = SessionSchedule([[(0, None)], [(2, 5), (6, None)], [(0, 3)], [], [(1, None)]])
     feed = Feed.with_late_frames(frames, [(3, 0, 50.0), (6, 1, 1.0)])
@@ -246,13 +255,9 @@ def test_cuda_backend_fetches_only_the_named_outputs_bytes(monkeypatch, tmp_path
     """A server that fetches one output copies that output's span of the output half back, not the rest
     (a state's update stays on the device), and delivers it as the full fetch does."""
     pytest.importorskip("wavec.targets.interp")
-    from test_cuda import FakeDriver, build_test_profile, random_run
+    from test_cuda import random_run
 
-    small, _ = build_test_profile(sessions=5)
-    fake = FakeDriver(small)
-    monkeypatch.setattr(runtime, "_cu", fake)
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(b"\0")
+    small, fake, cubin = fake_cuda(monkeypatch, tmp_path, 5)
     frames, _ = random_run(small, 4)
     copied = []
     dtoh = fake.cuMemcpyDtoHAsync
@@ -275,14 +280,10 @@ def test_cuda_backend_fetches_only_the_named_outputs_bytes(monkeypatch, tmp_path
 
 
 def test_cuda_session_refuses_to_publish_two_beats_ahead(monkeypatch, tmp_path):
-    from test_cuda import FakeDriver, build_test_profile, random_run
+    from test_cuda import random_run
 
-    small, _ = build_test_profile(sessions=2)
-    fake = FakeDriver(small)
+    small, fake, cubin = fake_cuda(monkeypatch, tmp_path, 2)
     fake._kernel = lambda: None  # a kernel that never finishes a beat
-    monkeypatch.setattr(runtime, "_cu", fake)
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(b"\0")
     frames, _ = random_run(small, 3)
     session = runtime.CudaSession(small, cubin=cubin, timeout_s=1)
     try:
