@@ -494,7 +494,11 @@ def _damage(root: Path, kind: str) -> None:
         meta["worker_tasks"][-1][1] -= 1
     elif kind == "payloads-size":
         (root / "payloads.bin").write_bytes((root / "payloads.bin").read_bytes()[:-3])
-    if kind in ("missing-key", "wrong-type", "shape-type", "workers", "rows"):
+    elif kind == "l2-text":
+        meta["l2_bytes"] = "abc"
+    elif kind == "threads-bool":
+        meta["block_threads"] = True
+    if kind in ("missing-key", "wrong-type", "shape-type", "workers", "rows", "l2-text", "threads-bool"):
         (root / "profile.json").write_text(json.dumps(meta))
 
 
@@ -513,6 +517,8 @@ def _damage(root: Path, kind: str) -> None:
     ("workers", "worker_tasks has 2 rows for 3 workers"),
     ("rows", "worker_tasks cover"),
     ("payloads-size", "not a whole number of 128-byte payloads"),
+    ("l2-text", "l2_bytes is 'abc', expected a whole number >= 1"),
+    ("threads-bool", "block_threads is True, expected a whole number >= 1"),
 ])
 def test_damaged_profiles_are_one_line(tiny_profile, capsys, kind, message):
     _damage(tiny_profile, kind)

@@ -27,6 +27,8 @@ from wavec.serve import (
     Feed,
     Server,
     SessionSchedule,
+    check_fetch,
+    copy_silencing,
     parse_schedule,
     serve,
 )
@@ -275,8 +277,11 @@ def test_cuda_backend_fetches_only_the_named_outputs_bytes(monkeypatch, tmp_path
     lse = next(o for o in small.meta["outputs"] if o["name"] == "lse")
     assert copied[4:] == [4 * lse["session_stride"] + 4 * 4] * 4  # 5 sessions' rows of 4 floats
     assert copied[0] > copied[4]
-    with pytest.raises(WavecError, match="--fetch nope: not an output"):
-        Server(small, BeatClock(1.0), None, ["nope"])
+    for fetch, message in ((["nope"], "--fetch 'nope': not an output"), ("lse", "not one string"),
+                           ([], "no output named"), ([1], "--fetch 1: not an output")):
+        with pytest.raises(WavecError, match=message):
+            Server(small, BeatClock(1.0), None, fetch)
+    assert check_fetch(small, iter(["lse", "out"])) == ["out", "lse"]  # read once, in the profile's order
 
 
 def test_cuda_session_refuses_to_publish_two_beats_ahead(monkeypatch, tmp_path):
@@ -365,7 +370,8 @@ def test_cli_serve_writes_the_records(served, tmp_path, capsys, profile):
     ({"--beats": "0"}, "--beats 0: serve at least one beat"),
     ({"-o": "nodir/records.jsonl"}, "does not exist"),
     ({"--outputs": "records.jsonl"}, "is also the records file"),
-    ({"--fetch": "stateN"}, "--fetch stateN: not an output of the profile; its outputs are y"),
+    ({"--fetch": "stateN"}, "--fetch 'stateN': not an output of the profile; its outputs are y"),
+    ({"--fetch": ""}, "--fetch '': not an output of the profile"),
 ])
 def test_cli_serve_errors_are_one_line_and_write_nothing(served, tmp_path, capsys, monkeypatch, profile, change, message):
     monkeypatch.chdir(tmp_path)
@@ -407,8 +413,6 @@ def test_cuda_serve_equals_interp_run_on_the_frames_used(profile):
 
 @pytest.mark.parametrize("sessions, chunk_bytes", [(1, 4), (7, 4), (64, 4 << 20), (1000, 1000)])
 def test_gather_split_over_threads_copies_and_silences_every_row(sessions, chunk_bytes):
-    from wavec.serve import copy_silencing
-
     rng = np.random.default_rng(sessions)
     source = rng.standard_normal((sessions, 3, 5), dtype=np.float32)
     silent = rng.random(sessions) < 0.3
@@ -416,3 +420,34 @@ def test_gather_split_over_threads_copies_and_silences_every_row(sessions, chunk
     copy_silencing(frame, source, silent, chunk_bytes=chunk_bytes)
     np.testing.assert_array_equal(frame[~silent], source[~silent])
     assert not frame[silent].any()
+
+
+def test_cli_serve_leaves_neither_file_when_the_outputs_write_fails(served, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    args = ["serve", "--profile", str(served / "g.profile"), "--beat-ms", "5", "--inputs", str(served / "in.npz"),
+            "--outputs", "out.npz", "-o", "records.jsonl"]
+    assert wavec_main(args) == 1
+    assert "No space left on device" in _error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("source_shape, silent, message", [
+    ((4, 3), np.array([0, 1, 0, 1]), None),  # 0/1 flags are flags, not row indices
+    ((3,), np.zeros(4, bool), "must match the frame"),
+    ((4, 3), np.zeros(3, bool), "must match the frame"),
+])
+def test_copy_silencing_reads_flags_and_refuses_mismatched_shapes(source_shape, silent, message):
+    frame = np.full((4, 3), np.nan, np.float32)
+    source = np.arange(np.prod(source_shape), dtype=np.float32).reshape(source_shape) + 1
+    if message:
+        with pytest.raises(ValueError, match=message):
+            copy_silencing(frame, source, silent)
+        return
+    copy_silencing(frame, source, silent, chunk_bytes=1)
+    np.testing.assert_array_equal(frame[[0, 2]], source[[0, 2]])
+    assert not frame[[1, 3]].any()

@@ -10,7 +10,7 @@
     wavec payload-layout [--json]
     wavec demo [--sessions N] [--beats N] [--backend interp|cuda|auto] [-o DIR]
     wavec serve --profile DIR --beat-ms D --inputs IN.npz [--schedule SESSIONS.json] [--beats N]
-                [--deadline-ms D] [--backend interp|cuda] [--outputs OUT.npz] -o RECORDS.jsonl
+                [--deadline-ms D] [--backend interp|cuda] [--outputs OUT.npz] [--fetch NAME]... -o RECORDS.jsonl
 
 NAME:PRESET (not an existing file) names a model of wavec.zoo, e.g. duplex:11b or gru_stack:tiny.
 
@@ -443,9 +443,13 @@ def cmd_serve(args) -> int:
                                         profile.sessions, args.schedule)
     result = serve(profile, arrays, beat_ms, schedule=schedule, late_frames=late, beats=args.beats,
                    backend=args.backend, deadline_ms=deadline_ms, reset=reset, fetch=args.fetch)
-    if out_npz is not None:
-        write_atomically(out_npz, lambda f: np.savez(f, **result.outputs))
     write_atomically(target, result.write_jsonl, binary=False)
+    if out_npz is not None:
+        try:
+            write_atomically(out_npz, lambda f: np.savez(f, **result.outputs))
+        except BaseException:
+            target.unlink(missing_ok=True)  # both files or neither
+            raise
     print(f"wrote {target}: {len(result.start_us)} beats x {profile.sessions} sessions of records"
           + (f", {out_npz}: outputs" if out_npz is not None else ""))
     print(result.format_summary())

@@ -30,7 +30,9 @@ names in lower case: weights, state, act, input, output):
 - ``generated_weights``: [{name, offset, elems, kind ("uniform": seed, scale, precision; "constant":
   value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin;
 - ``ewise_bodies``: [{expr, rank, n_inputs, phases}]: generated CUDA bodies of EWISE expressions (wpk-payload
-  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM).
+  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM);
+- optional: ``block_threads`` (threads per persistent block, the target's ``threads_per_block``) and
+  ``l2_bytes`` (the target's L2; the kernel prefetches weights into L2 when they outgrow it).
 ``cohort_axis`` is where the model's own batched layout put the session axis (the runtime's per-session
 layout drops it).
 """
@@ -331,6 +333,9 @@ def validate_meta(meta, where: str) -> None:
         for i, port in enumerate(meta["states"]):
             if not _is_int(port.get("init_offset")):
                 raise bad(f"states[{i}].init_offset is {port.get('init_offset')!r}, expected int")
+    for key in ("block_threads", "l2_bytes"):
+        if key in meta and not (_is_int(meta[key]) and meta[key] >= 1):
+            raise bad(f"{key} is {meta[key]!r}, expected a whole number >= 1")
     reset = meta.get("reset")
     if reset is not None and not (isinstance(reset, dict) and _is_int(reset.get("offset")) and _is_int(reset.get("session_stride"))):
         raise bad(f"reset is {reset!r}, expected {{offset, session_stride}} or null")

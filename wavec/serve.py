@@ -270,6 +270,10 @@ def copy_silencing(frame: np.ndarray, source: np.ndarray, silent: np.ndarray,
     With one thread, gathering Silero's 151 MB a beat at 65,536 sessions outlasted the 32 ms beat on the
     H200's host (bench/RESULTS.md, fifth run)."""
     global _gather_pool
+    silent = np.asarray(silent, bool)
+    if source.shape != frame.shape or silent.shape != frame.shape[:1]:
+        raise ValueError(f"copy_silencing: source {source.shape} and silent {silent.shape} must match the frame "
+                         f"{frame.shape} and its rows")
     parts = max(1, min(GATHER_THREADS, frame.nbytes // max(1, chunk_bytes), len(frame)))
     bounds = np.linspace(0, len(frame), parts + 1).astype(int)
 
@@ -287,14 +291,21 @@ def copy_silencing(frame: np.ndarray, source: np.ndarray, silent: np.ndarray,
         done.result()
 
 
-def check_fetch(profile: Profile, fetch: list[str] | None) -> list[str]:
-    """The output names to send back each beat: ``fetch``, checked against the profile's outputs, or all."""
+def check_fetch(profile: Profile, fetch) -> list[str]:
+    """The output names to send back each beat, in the profile's order: ``fetch`` (an iterable of output
+    names, not a string), checked against the profile's outputs, or all of them for None. Raises
+    WavecError for a string, a non-string name, no names, or a name the profile does not output."""
     names = [spec["name"] for spec in profile.meta["outputs"]]
     if fetch is None:
         return names
-    unknown = [n for n in fetch if n not in names]
-    if unknown or not fetch:
-        raise WavecError(f"--fetch {', '.join(unknown) or '(none)'}: not an output of the profile; its outputs are "
+    if isinstance(fetch, (str, bytes)):
+        raise WavecError(f"--fetch {fetch!r}: give a list of output names, not one string")
+    fetch = list(fetch)
+    if not fetch:
+        raise WavecError(f"--fetch: no output named; the profile's outputs are {', '.join(names)}")
+    unknown = [n for n in fetch if not isinstance(n, str) or n not in names]
+    if unknown:
+        raise WavecError(f"--fetch {', '.join(map(repr, unknown))}: not an output of the profile; its outputs are "
                          f"{', '.join(names)}")
     return [n for n in names if n in fetch]
 
@@ -506,8 +517,8 @@ class Server:
             out = backend.collect(self.fetch)
             times["done"][b] = clock.now_us()
             times["compute"][b] = backend.last_compute_us
-            for name, value in out.items():
-                outputs[name][b] = value
+            for name in self.fetch:  # a backend may return more than was asked for
+                outputs[name][b] = out[name]
 
         clock.start()
         for b in range(beats):
