@@ -13,9 +13,10 @@ bound: sizes between two profiles are not tried). Sizes are tried smallest first
 first size it does not hold (a larger cohort's beat is no shorter).
 
 Systems: ``wavec`` on --backend (the persistent kernel, or the CPU interpreter, which only exercises this
-harness); for Silero profiles (input ``input`` [576]) with torch and a GPU, the PyTorch peers of
-bench/silero_peers.py on the same clock: ``graph`` (the batched step captured once in a CUDA graph) and
-``batched`` (eager, the whole cohort in one call). Frames: Silero's `wavec.audio.cohort_schedule` (real
+harness); with torch and a GPU, the PyTorch peers on the same clock: ``graph`` (the batched step
+captured once in a CUDA graph) and ``batched`` (eager, the whole cohort in one call), of bench/silero_peers.py
+for Silero profiles (input ``input`` [576]) and of bench/builder_peers.py for the zoo's builder models
+(a profile of model NAME_PRESET runs wavec.zoo's NAME:PRESET, the same weights). Frames: Silero's `wavec.audio.cohort_schedule` (real
 speech, staggered joins that reset a slot), or seeded unit-normal frames for other models; a large cohort's
 beats cycle through the first ones that fit gpu_check.FRAME_BYTES_BUDGET (1 GiB) of host memory.
 
@@ -65,6 +66,25 @@ def workload(profile, beats: int):
     reset = np.zeros((beats, n), bool)
     reset[0] = True
     return frames, reset
+
+
+def torch_gpu() -> bool:
+    """Whether torch imports and sees a CUDA GPU (the peers' needs)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def zoo_spec(model_name: str) -> str | None:
+    """The wavec.zoo ``NAME:PRESET`` a builder profile was compiled from (its model is named NAME_PRESET),
+    or None."""
+    from wavec import zoo
+
+    name, _, preset = model_name.rpartition("_")
+    spec = f"{name}:{preset}"
+    return spec if spec in zoo.names() else None
 
 
 def client_outputs(profile) -> list[str]:
@@ -164,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="consecutive runs a held cohort passes (default 3)")
     ap.add_argument("--backend", choices=("cuda", "interp"), default="cuda")
     ap.add_argument("--peers", nargs="*", choices=("graph", "batched"), default=["graph", "batched"],
-                    help="PyTorch peers for Silero profiles (default both; none: leave out)")
+                    help="PyTorch peers, for Silero and zoo profiles (default both; none: leave out)")
     ap.add_argument("--png", type=Path, help="write the chart here")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
@@ -191,8 +211,21 @@ def main(argv: list[str] | None = None) -> int:
     if len(models) > 1 or len(set(sizes)) < len(sizes):
         sys.exit(f"bench/density.py: give one model at distinct cohort sizes; got models {models}, sizes {sizes}")
     systems = {"wavec": lambda profile: (lambda: open_backend(profile, args.backend))}
-    if args.peers and not is_silero(profiles[0]):
-        print(f"bench/density.py: no PyTorch peers for {models[0]} (they run Silero VAD); wavec alone", file=sys.stderr)
+    zoo_model = zoo_spec(models[0])
+    if args.peers and not is_silero(profiles[0]) and zoo_model is None:
+        print(f"bench/density.py: no PyTorch peers for {models[0]} (they run Silero VAD and the zoo's builder "
+              "models); wavec alone", file=sys.stderr)
+    elif args.peers and not torch_gpu():
+        print("bench/density.py: no PyTorch peers: torch with a CUDA GPU is not here; wavec alone", file=sys.stderr)
+    elif args.peers and zoo_model is not None:
+        from builder_peers import BuilderPeerBackend
+
+        from wavec import zoo
+
+        model = zoo.get(zoo_model)
+        for peer in args.peers:
+            systems[peer] = lambda profile, graph=peer == "graph": (
+                lambda: BuilderPeerBackend(model, profile.sessions, graph, outputs=client_outputs(profile)))
     elif args.peers:
         from silero_peers import TorchPeerBackend, peer_network
 
