@@ -2,7 +2,7 @@
 """Compiles the profiles the GPU machine checks (it has no xDSL, so they are built here and carried).
 
     python3 scripts/device_profiles.py [--out .device] [--sessions 1 64 1024] [--barrier-sessions 1 64 1024]
-                                       [--zoo-sessions 8] [--threads T ...] [--only-threads]
+                                       [--zoo-sessions 8] [--threads T ...] [--only-threads] [--duplex-sessions N ...]
 
 Writes, under --out:
 - ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
@@ -10,6 +10,8 @@ Writes, under --out:
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
 - ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
+- ``duplex1b-N``: with ``--duplex-sessions N ...``, duplex:1b for N sessions (bench/density.py runs it against
+  bench/builder_peers.py);
 - ``vad-N-tT``: with ``--threads T ...``, Silero VAD for N sessions with T threads per persistent block
   (the H200 target with ``threads_per_block: T``; the default profiles use the target's own).
 Also copies the Silero ONNX and TorchScript files there (the GPU machine reaches no registry; set WAVEC_CACHE to
@@ -84,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-threads", action="store_true", help="build only the vad-N-tT and vad-N-fF profiles")
     ap.add_argument("--min-tile-flops", type=int, nargs="*", default=[],
                     help="wave-to-wpk min-tile-flops values to build vad-N-fF for")
+    ap.add_argument("--duplex-sessions", type=int, nargs="*", default=[],
+                    help="cohort sizes to build duplex1b-N for (duplex:1b, weights generated on the device; "
+                         "64 sessions: 23 s, 2.1 GB peak here, 39 MB of payloads)")
     args = ap.parse_args(argv)
     from wavec.driver import compile_graph
     from wavec.models import silero_vad_jit_path, silero_vad_path
@@ -100,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(f"vad-{n}-f{flops}", lambda n=n, flops=flops: compile_graph(
             silero_graph(), sessions=n, pipeline=pipeline_with(n, "wave-to-wpk", f"min-tile-flops={flops}")))
             for n in args.sessions]
+    if args.duplex_sessions:
+        from wavec import zoo
+        from wavec.frontends.builder.lower import lower_model
+
+        jobs += [(f"duplex1b-{n}", lambda n=n: compile_graph(lower_model(zoo.get("duplex:1b")), sessions=n))
+                 for n in args.duplex_sessions]
     if not args.only_threads:
         jobs += default_jobs(args.sessions, args.barrier_sessions, args.zoo_sessions)
     for label, make in jobs:
