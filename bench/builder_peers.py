@@ -288,6 +288,24 @@ class TorchStep:
         return _Value(torch.einsum("shc,schd->shd", torch.softmax(scores, -1), v), True)
 
 
+def capture_graph(torch, step, warmups: int, restart):
+    """(a CUDA graph of ``step()``, the outputs it writes): ``warmups`` calls on a side stream first, so the
+    libraries pick their kernels (and TorchScript's profiling executor settles) outside the capture, then
+    ``restart()`` puts the state back, then one capture. Replaying the graph reruns ``step``."""
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmups):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        restart()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+    return graph, out
+
+
 class BuilderPeerBackend:
     """`TorchStep` as a wavec.serve backend (``graph``: the step captured once in a CUDA graph and replayed),
     synchronous like bench/silero_peers.TorchPeerBackend: `publish` copies the frames (already gathered into
@@ -310,18 +328,11 @@ class BuilderPeerBackend:
         self.last_compute_us = 0.0
 
     def _capture(self):
-        torch = self.torch
-        with torch.inference_mode():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self.step.step()  # warm up the kernels' choices outside the capture
-            torch.cuda.current_stream().wait_stream(side)
+        def restart():
             for name, init in self.step.initial.items():
                 self.step.state[name].copy_(init.expand_as(self.step.state[name]))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.out = self.step.step()
+
+        graph, self.out = capture_graph(self.torch, self.step.step, 1, restart)
         return graph
 
     def input_buffers(self) -> dict[str, np.ndarray]:

@@ -102,18 +102,9 @@ class TorchPeerBackend:
         return out
 
     def _capture(self):
-        torch = self.torch
-        with torch.inference_mode():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):  # let TorchScript's profiling executor settle before capture
-                    self._step()
-            torch.cuda.current_stream().wait_stream(side)
-            self.state.zero_()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.out = self._step()
+        from builder_peers import capture_graph  # bench/ is on the path of every script that runs this
+
+        graph, self.out = capture_graph(self.torch, self._step, 3, self.state.zero_)
         return graph
 
     def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray) -> None:
