@@ -30,6 +30,28 @@ def _torch():
     return torch
 
 
+_DEVICE_TENSORS: dict = {}  # (model, device) -> weights, initial states, constants: made once per process
+
+
+def _device_tensors(model, device: str):
+    """The model's weights and initial states (float32, as the compiler materializes them: random specs
+    drawn, bf16 ones rounded) and its constants, on ``device``; materialized once per model and device,
+    since a 1e9-parameter model takes seconds and gigabytes each time."""
+    from wavec.frontends.builder import init as winit
+
+    key = (id(model), device)
+    if key not in _DEVICE_TENSORS:
+        torch = _torch()
+        as_t = lambda a: torch.as_tensor(np.asarray(a, np.float32), device=device)  # noqa: E731
+        _DEVICE_TENSORS[key] = (
+            model,  # held so its id is not reused
+            {n: as_t(winit.materialize(d.value)) for n, d in model.weights.items()},
+            {n: as_t(winit.materialize(d.value)) for n, d in model.states.items()},
+            {node.id: as_t(node.attrs["value"]) for node in model.nodes if node.kind == "const"},
+        )
+    return _DEVICE_TENSORS[key][1:]
+
+
 class _Value:
     """A node result: ``t`` is [S, *shape] when ``batched`` (one row per session), else [*shape] (shared)."""
 
@@ -46,14 +68,10 @@ class TorchStep:
     restarts from the initial state first); returns ``{output: tensor [S, *shape]}`` on the device."""
 
     def __init__(self, model, sessions: int, device: str = "cpu"):
-        from wavec.frontends.builder import init as winit
-
         torch = self.torch = _torch()
         model.finish()
         self.model, self.S, self.device = model, sessions, device
-        as_t = lambda a: torch.as_tensor(np.asarray(a, np.float32), device=device)  # noqa: E731
-        self.weights = {n: as_t(winit.materialize(d.value)) for n, d in model.weights.items()}
-        self.initial = {n: as_t(winit.materialize(d.value)) for n, d in model.states.items()}
+        self.weights, self.initial, self.consts = _device_tensors(model, device)
         self.state = {n: v.expand(sessions, *v.shape).clone() for n, v in self.initial.items()}
         self.frames = {n: torch.zeros((sessions, *d.shape), device=device) for n, d in model.inputs.items()}
         self.keep = torch.ones(sessions, dtype=torch.bool, device=device)
@@ -79,9 +97,11 @@ class TorchStep:
             outs = getattr(self, f"op_{node.kind}")(node, args, node.attrs)
             for i, o in enumerate(outs if isinstance(outs, (list, tuple)) else [outs]):
                 vals[(node.id, i)] = o
-        outputs = {n: self._batched(vals[(t.node.id, t.index)]) for n, (t, _) in self.model.outputs.items()}
-        for n, (t, _) in self.model.state_writes.items():
-            self.state[n].copy_(self._batched(vals[(t.node.id, t.index)]))
+        # Copies first: a value may be a view of a state (a reshape or slice of it) that a write replaces.
+        outputs = {n: self._batched(vals[(t.node.id, t.index)]).clone() for n, (t, _) in self.model.outputs.items()}
+        writes = {n: self._batched(vals[(t.node.id, t.index)]).clone() for n, (t, _) in self.model.state_writes.items()}
+        for n, value in writes.items():
+            self.state[n].copy_(value)
         return outputs
 
     # -- helpers ---------------------------------------------------------------------------------------
@@ -100,6 +120,13 @@ class TorchStep:
         rank = v.t.dim() - v.batched
         return axis % rank + v.batched if rank else 0
 
+    @staticmethod
+    def _shared(node, *values: _Value) -> None:
+        """Refuses a per-session value where this port takes the model's shared weights (conv, cell weights)."""
+        if any(v.batched for v in values):
+            raise NotImplementedError(f"builder_peers: {node.kind} at {node.where} has a per-session weight; "
+                                      "the peer takes shared ones only")
+
     def _out(self, t, *args: _Value) -> _Value:
         return _Value(t, any(a.batched for a in args))
 
@@ -115,7 +142,7 @@ class TorchStep:
         return _Value(self.state[attrs["name"]], True)
 
     def op_const(self, node, args, attrs):
-        return _Value(self.torch.as_tensor(np.asarray(attrs["value"], np.float32), device=self.device), False)
+        return _Value(self.consts[node.id], False)  # on the device already: a graph capture copies nothing
 
     # -- generic ---------------------------------------------------------------------------------------
 
@@ -161,6 +188,8 @@ class TorchStep:
 
     def op_reduce(self, node, args, attrs):
         (x,) = args
+        if not attrs["axes"]:  # numpy reduces nothing; torch would reduce every axis
+            return x
         axes = tuple(self._axis(a, x) for a in attrs["axes"])
         kind = attrs["kind"]
         if kind in ("max", "min"):
@@ -174,14 +203,14 @@ class TorchStep:
         return _Value(self.torch.softmax(x.t, dim=self._axis(attrs["axis"], x)), x.batched)
 
     def op_layer_norm(self, node, args, attrs):
-        x, g, b = args
-        mu = x.t.mean(-1, keepdim=True)
-        var = ((x.t - mu) ** 2).mean(-1, keepdim=True)
-        return self._out((x.t - mu) / self.torch.sqrt(var + attrs["eps"]) * g.t + b.t, x, g, b)
+        x, g, b = (self._aligned(v, len(node.shapes[0])) for v in args)
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return self._out((x - mu) / self.torch.sqrt(var + attrs["eps"]) * g + b, *args)
 
     def op_rms_norm(self, node, args, attrs):
-        x, g = args
-        return self._out(x.t / self.torch.sqrt((x.t * x.t).mean(-1, keepdim=True) + attrs["eps"]) * g.t, x, g)
+        x, g = (self._aligned(v, len(node.shapes[0])) for v in args)
+        return self._out(x / self.torch.sqrt((x * x).mean(-1, keepdim=True) + attrs["eps"]) * g, *args)
 
     def op_rope(self, node, args, attrs):
         torch = self.torch
@@ -189,7 +218,7 @@ class TorchStep:
         d = x.t.shape[-1]
         freq = attrs["base"] ** (-2.0 * torch.arange(d // 2, device=self.device, dtype=torch.float64) / d)
         p = pos.t[..., 0] if pos.batched else pos.t[0]
-        angle = (p.double().reshape(-1, *[1] * (x.t.dim() - 1)) if pos.batched else p.double()) * freq
+        angle = (p.double().reshape(-1, *[1] * len(node.shapes[0])) if pos.batched else p.double()) * freq
         cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
         x1, x2 = x.t[..., : d // 2], x.t[..., d // 2:]
         return self._out(torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1), x, pos)
@@ -221,6 +250,7 @@ class TorchStep:
 
     def op_conv1d(self, node, args, attrs):
         F = self.torch.nn.functional
+        self._shared(node, *args[1:3 if attrs["bias"] else 2])
         x, w = self._batched(args[0]), args[1].t
         bias = args[2].t if attrs["bias"] else None
         t, k, dil = x.shape[-1], w.shape[-1], attrs["dilation"]
@@ -233,6 +263,7 @@ class TorchStep:
 
     def op_conv_transpose1d(self, node, args, attrs):
         F = self.torch.nn.functional
+        self._shared(node, *args[1:3 if attrs["bias"] else 2])
         x, w = self._batched(args[0]), args[1].t
         t, s, k = x.shape[-1], attrs["stride"], w.shape[-1]
         out = F.conv_transpose1d(x, w, stride=s)
@@ -246,6 +277,7 @@ class TorchStep:
     def op_lstm_cell(self, node, args, attrs):
         torch = self.torch
         x, h, c, w, r, b = args
+        self._shared(node, w, r, b)
         n = h.t.shape[-1]
         z = self._batched(x) @ w.t + self._batched(h) @ r.t + b.t
         i, f, g, o = (z[..., k * n:(k + 1) * n] for k in range(4))
@@ -255,6 +287,7 @@ class TorchStep:
     def op_gru_cell(self, node, args, attrs):
         torch = self.torch
         x, h, w, r, bw, br = args
+        self._shared(node, w, r, bw, br)
         n = h.t.shape[-1]
         hb = self._batched(h)
         xw, hr = self._batched(x) @ w.t + bw.t, hb @ r.t + br.t

@@ -16,6 +16,7 @@ from bench_loader import load_bench
 from wavec import zoo
 from wavec.driver import compile_graph
 from wavec.frontends.builder.lower import lower_model
+from wavec.frontends.builder.model import Model
 from wavec.frontends.builder.reference import Reference
 
 torch = pytest.importorskip("torch")
@@ -56,3 +57,50 @@ def test_the_peer_serves_on_a_beat_clock_like_wavec():
     want = Reference(model).run(frames, admitted | dropped)
     for name, got in result.outputs.items():
         assert np.abs(got[active] - want[name][active]).max() <= 2e-6 * (1 + np.abs(want[name]).max())
+
+
+def _state_swap(m):
+    x = m.input("x", (4,))
+    a, b = m.state("a", (4,), init="ones"), m.state("b", (4,), init="zeros")
+    m.state_write("a", b)
+    m.state_write("b", a)
+    m.output("y", a + x)
+
+
+def _beat_output(m):  # an output that is a state's own read (a view of what its write replaces)
+    m.output("y", m.input("x", (2,)) * 2.0)
+    m.output("pos", m.beat())
+
+
+def _norms_with_session_gain(m):
+    x, g = m.input("x", (5, 4)), m.input("g", (4,))
+    m.output("ln", m.layer_norm(x, g, m.weight("b", (4,))))
+    m.output("rms", m.rms_norm(m.input("z", (3, 4)), g))
+
+
+def _rope_of_a_weight(m):
+    m.output("y", m.rope(m.weight("q", (2, 8)), m.beat()) + m.input("x", (1,)))
+
+
+def _reduce_over_no_axes(m):
+    m.output("y", m.reduce("sum", m.input("x", (4,)), []))
+
+
+@pytest.mark.parametrize("build", [_state_swap, _beat_output, _norms_with_session_gain, _rope_of_a_weight,
+                                   _reduce_over_no_axes])
+def test_hand_built_models_the_presets_do_not_cover(build):
+    """Cases a review found wrong in the first port: state aliasing, per-session gains, rope of a shared
+    tensor, an empty reduction."""
+    model = Model(build.__name__)
+    build(model)
+    model.finish()
+    rng = np.random.default_rng(3)
+    frames = {n: rng.standard_normal((BEATS, SESSIONS, *d.shape)).astype(np.float32) for n, d in model.inputs.items()}
+    reset = np.zeros((BEATS, SESSIONS), bool)
+    reset[0] = True
+    want = Reference(model).run(frames, reset)
+    step = load_bench("builder_peers").TorchStep(model, SESSIONS)
+    for b in range(BEATS):
+        got = step.beat({n: v[b] for n, v in frames.items()}, reset[b])
+        for out, ref in want.items():
+            assert got[out].shape == ref[b].shape and np.abs(got[out].numpy() - ref[b]).max() <= 2e-6 * (1 + np.abs(ref[b]).max()), (out, b)
