@@ -55,9 +55,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -261,6 +262,23 @@ class Feed:
 GATHER_CHUNK_BYTES = 4 << 20  # a gather thread's share of a beat's frames, at least
 GATHER_THREADS = min(8, os.cpu_count() or 1)
 _gather_pool: ThreadPoolExecutor | None = None
+_gather_pool_lock = threading.Lock()
+
+
+def _forget_gather_pool() -> None:  # a forked child inherits the pool object but none of its threads
+    global _gather_pool, _gather_pool_lock
+    _gather_pool, _gather_pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_gather_pool)
+
+
+def _gather_threads() -> ThreadPoolExecutor:
+    global _gather_pool
+    with _gather_pool_lock:
+        if _gather_pool is None:
+            _gather_pool = ThreadPoolExecutor(GATHER_THREADS, thread_name_prefix="wavec-gather")
+        return _gather_pool
 
 
 def copy_silencing(frame: np.ndarray, source: np.ndarray, silent: np.ndarray,
@@ -269,7 +287,6 @@ def copy_silencing(frame: np.ndarray, source: np.ndarray, silent: np.ndarray,
     up to GATHER_THREADS threads once a beat's frames pass ``chunk_bytes`` (numpy copies without the GIL).
     With one thread, gathering Silero's 151 MB a beat at 65,536 sessions outlasted the 32 ms beat on the
     H200's host (bench/RESULTS.md, fifth run)."""
-    global _gather_pool
     silent = np.asarray(silent, bool)
     if source.shape != frame.shape or silent.shape != frame.shape[:1]:
         raise ValueError(f"copy_silencing: source {source.shape} and silent {silent.shape} must match the frame "
@@ -285,10 +302,10 @@ def copy_silencing(frame: np.ndarray, source: np.ndarray, silent: np.ndarray,
     if parts == 1:
         copy(0)
         return
-    if _gather_pool is None:
-        _gather_pool = ThreadPoolExecutor(GATHER_THREADS, thread_name_prefix="wavec-gather")
-    for done in [_gather_pool.submit(copy, i) for i in range(parts)]:
-        done.result()
+    chunks = [_gather_threads().submit(copy, i) for i in range(parts)]
+    wait(chunks)  # every chunk has stopped writing `frame` before an error is raised
+    for chunk in chunks:
+        chunk.result()
 
 
 def check_fetch(profile: Profile, fetch) -> list[str]:
