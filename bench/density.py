@@ -22,7 +22,7 @@ beats cycle through the first ones that fit gpu_check.FRAME_BYTES_BUDGET (1 GiB)
 
 Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, the host's
 lag p99 from a beat's start to its frames being handed over, the physical floor from the profile's report
-and the p99 over it, held) and each system's density; --png draws speed (beat / p99 beat latency: above 1
+and the p99 over it, held, and whether every run gave the same output bits) and each system's density; --png draws speed (beat / p99 beat latency: above 1
 the p99 beat is on time) against cohort size, one line per system with its density marked, and the
 floor's speed; --json writes the rows. Beat latency is the Server's ``compute_us``: the time a beat had
 the backend.
@@ -115,7 +115,8 @@ def row_of(system: str, sessions: int, results: list, floor: float | None) -> di
     """One table row. ``lag_p99_us``: the host's share, from a beat's scheduled start to its frames being
     handed to the system (gathering them and, for a beat published ahead, waiting for the one before);
     ``floor_us``: the beat's physical floor at this size (the profile's report, silero_peers.floor_us),
-    and the p99 over it."""
+    and the p99 over it; ``identical_runs``: every run delivered the same output bits (the runs serve the
+    same frames and resets)."""
     compute = np.concatenate([r.compute_us for r in results])
     lag = np.concatenate([r.published_us - r.start_us for r in results])
     late = int(sum(r.summary()["late_beats"] for r in results))
@@ -124,7 +125,13 @@ def row_of(system: str, sessions: int, results: list, floor: float | None) -> di
             "late_beats": late, "held": late == 0, "p50_us": round(float(np.percentile(compute, 50)), 1),
             "p99_us": p99, "max_us": round(float(compute.max()), 1),
             "lag_p99_us": round(float(np.percentile(lag, 99)), 1), "floor_us": floor,
-            "p99_over_floor": round(p99 / floor, 1) if floor else None}
+            "p99_over_floor": round(p99 / floor, 1) if floor else None, "identical_runs": identical_runs(results)}
+
+
+def identical_runs(results: list) -> bool:
+    """Whether every run's outputs equal the first run's bit for bit (NaN, an idle slot, equals NaN)."""
+    first = results[0].outputs
+    return all(np.array_equal(r.outputs[name], first[name], equal_nan=True) for r in results[1:] for name in first)
 
 
 def densities(rows: list[dict]) -> dict[str, int]:
@@ -255,10 +262,11 @@ def main(argv: list[str] | None = None) -> int:
             if not rows[-1]["held"]:
                 stopped.add(system)
     print(f"{models[0]}: beat {args.beat_ms:g} ms, {args.runs} runs x {args.beats} beats, wavec on {args.backend}")
-    print("system | sessions | late beats | p50 us | p99 us | host lag p99 us | floor us | p99 / floor | held")
+    print("system | sessions | late beats | p50 us | p99 us | host lag p99 us | floor us | p99 / floor | held | "
+          "identical runs")
     for r in rows:
         print(f"{r['system']} | {r['sessions']} | {r['late_beats']} | {r['p50_us']} | {r['p99_us']} | {r['lag_p99_us']} | "
-              f"{r['floor_us']} | {r['p99_over_floor']} | {r['held']}")
+              f"{r['floor_us']} | {r['p99_over_floor']} | {r['held']} | {r['identical_runs']}")
     print("density: " + ", ".join(f"{s} {n:,}" for s, n in densities(rows).items()))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench_loader import load_bench
@@ -37,6 +38,7 @@ def test_a_generous_beat_holds_every_cohort(gru_profiles, tmp_path):
     result = json.loads(out.read_text())
     assert [r["sessions"] for r in result["rows"]] == [1, 2, 4]
     assert all(r["held"] and r["late_beats"] == 0 and r["beats"] == 6 for r in result["rows"])
+    assert all(r["identical_runs"] for r in result["rows"])  # the interpreter is deterministic
     assert result["density"] == {"wavec": 4}
     assert result["backend"] == "interp" and result["model"] == "gru_stack_tiny"
     for row, directory in zip(result["rows"], sorted(gru_profiles, key=lambda d: int(d.name.split("-")[1]))):
@@ -80,3 +82,13 @@ def test_one_model_at_distinct_sizes(gru_profiles):
     density = _density_module()
     with pytest.raises(SystemExit, match="give one model at distinct cohort sizes"):
         density.main([str(gru_profiles[0]), str(gru_profiles[0]), "--backend", "interp"])
+
+
+def test_runs_that_differ_in_one_bit_are_not_identical():
+    density = _density_module()
+    run = lambda y: type("R", (), {"outputs": {"y": y}})  # noqa: E731
+    y = np.array([[1.0, np.nan], [2.0, 3.0]], np.float32)
+    assert density.identical_runs([run(y), run(y.copy())])
+    other = y.copy()
+    other[1, 1] = np.nextafter(np.float32(3.0), np.float32(4.0))
+    assert not density.identical_runs([run(y), run(y.copy()), run(other)])
