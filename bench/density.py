@@ -13,19 +13,20 @@ bound: sizes between two profiles are not tried). Sizes are tried smallest first
 first size it does not hold (a larger cohort's beat is no shorter).
 
 Systems: ``wavec`` on --backend (the persistent kernel, or the CPU interpreter, which only exercises this
-harness); with torch and a GPU, the PyTorch peers on the same clock: ``graph`` (the batched step
-captured once in a CUDA graph) and ``batched`` (eager, the whole cohort in one call), of bench/silero_peers.py
-for Silero profiles (input ``input`` [576]) and of bench/builder_peers.py for the zoo's builder models
-(a profile of model NAME_PRESET runs wavec.zoo's NAME:PRESET, the same weights). Frames: Silero's `wavec.audio.cohort_schedule` (real
-speech, staggered joins that reset a slot), or seeded unit-normal frames for other models; a large cohort's
-beats cycle through the first ones that fit gpu_check.FRAME_BYTES_BUDGET (1 GiB) of host memory.
+harness); with torch and a GPU, the PyTorch peers on the same clock: ``graph`` (the batched step captured once
+in a CUDA graph) and ``batched`` (eager, the whole cohort in one call), of bench/silero_peers.py for Silero
+profiles (input ``input`` [576]) and of bench/builder_peers.py for the zoo's builder models (a profile of
+model NAME_PRESET runs wavec.zoo's NAME:PRESET, the same weights). Frames: Silero's
+`wavec.audio.cohort_schedule` (real speech, staggered joins that reset a slot), or seeded unit-normal frames
+for other models; a large cohort's beats cycle through the first ones that fit
+gpu_check.FRAME_BYTES_BUDGET (1 GiB) of host memory.
 
-Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, the host's
-lag p99 from a beat's start to its frames being handed over, the physical floor from the profile's report
-and the p99 over it, held, and whether every run gave the same output bits) and each system's density; --png draws speed (beat / p99 beat latency: above 1
-the p99 beat is on time) against cohort size, one line per system with its density marked, and the
-floor's speed; --json writes the rows. Beat latency is the Server's ``compute_us``: the time a beat had
-the backend.
+Prints a table (per size and system: late beats over all runs, beat latency p50 / p99 in us, the host's lag
+p99 from a beat's start to its frames being handed over, the physical floor from the profile's report and the
+p99 over it, held, and whether every run gave the same output bits) and each system's density; --png draws
+speed (beat / p99 beat latency: above 1 the p99 beat is on time) against cohort size, one line per system with
+its density marked, and the floor's speed; --json writes the rows. Beat latency is the Server's
+``compute_us``: the time a beat had the backend.
 """
 
 from __future__ import annotations
