@@ -23,7 +23,6 @@ Prints one table; --json writes the rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -192,30 +191,16 @@ COLUMNS = ["shape", "sessions", "tasks", "wavec_p50", "wavec_p99", "eager_p50", 
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
+    from harness import bench_parser, compile_or_run
     from gpu_check import constant_setting
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["compile", "run"], help="compile the profiles (xDSL) or run them (GPU)")
-    ap.add_argument("--out", type=Path, default=ROOT / ".device" / "conv", help="profile folder (default .device/conv)")
+    ap = bench_parser(__doc__, "conv", beats=200, warmup=20)
     ap.add_argument("--sessions", type=int, nargs="*", default=[64, 1024, 16384], help="cohort sizes to compile")
     ap.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES), help="Silero's convs to compile")
-    ap.add_argument("--beats", type=int, default=200, help="timed beats per system (default 200)")
-    ap.add_argument("--warmup", type=int, default=20, help="untimed beats first (default 20)")
     ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
                     help="run the kernel with this constexpr switch set (gpu_check.py --set)")
-    ap.add_argument("--json", type=Path, help="also write the rows here")
-    args = ap.parse_args(argv)
-    if args.command == "compile":
-        compile_profiles(args)
-        return 0
-    rows = run_profiles(args)
-    print(" | ".join(COLUMNS))
-    for row in rows:
-        print(" | ".join(f"{row[c]:.1e}" if c.endswith("err") else str(row[c]) for c in COLUMNS))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
-    return 0 if all(row["ok"] for row in rows) else 1
+    return compile_or_run(ap.parse_args(argv), compile_profiles, run_profiles, COLUMNS)
 
 
 if __name__ == "__main__":

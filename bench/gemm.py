@@ -22,7 +22,6 @@ times ``--beats`` beats of
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -175,31 +174,15 @@ COLUMNS = ["sessions", "tasks", "weight_MB", "cohort_p50", "cohort_p99", "generi
            "floor_us", "cohort_GBps", "cohort_over_peer", "cohort_err", "generic_err", "torch_err", "ok"]
 
 
-def print_table(rows: list[dict]) -> None:
-    print(" | ".join(COLUMNS))
-    for row in rows:
-        print(" | ".join(f"{row[c]:.1e}" if c.endswith("_err") else str(row[c]) for c in COLUMNS))
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["compile", "run"], help="compile the profiles (xDSL) or run them (GPU)")
-    ap.add_argument("--out", type=Path, default=ROOT / ".device" / "gemm", help="profile folder (default .device/gemm)")
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
+    from harness import bench_parser, compile_or_run
+
+    ap = bench_parser(__doc__, "gemm", beats=300, warmup=30)
     ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 64, 256], help="cohort sizes to compile (default 1 8 64 256)")
     ap.add_argument("--layers", type=int, default=8, help="chained linears (default 8)")
     ap.add_argument("--dim", type=int, default=2048, help="their size, dim x dim (default 2048)")
-    ap.add_argument("--beats", type=int, default=300, help="timed beats per variant (default 300)")
-    ap.add_argument("--warmup", type=int, default=30, help="untimed beats first (default 30)")
-    ap.add_argument("--json", type=Path, help="also write the rows here")
-    args = ap.parse_args(argv)
-    if args.command == "compile":
-        compile_profiles(args)
-        return 0
-    rows = run_profiles(args)
-    print_table(rows)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
-    return 0 if all(row["ok"] for row in rows) else 1
+    return compile_or_run(ap.parse_args(argv), compile_profiles, run_profiles, COLUMNS)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""What the operator micro-benchmarks (bench/conv.py, bench/gemm.py, bench/bodies.py) share: their
+``compile | run`` commands and their table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_parser(doc: str, name: str, beats: int, warmup: int) -> argparse.ArgumentParser:
+    """The options every micro-benchmark takes: the command, --out (default .device/NAME), --beats,
+    --warmup and --json; each adds its own."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["compile", "run"], help="compile the profiles (xDSL) or run them (GPU)")
+    ap.add_argument("--out", type=Path, default=ROOT / ".device" / name, help=f"profile folder (default .device/{name})")
+    ap.add_argument("--beats", type=int, default=beats, help=f"timed beats per system (default {beats})")
+    ap.add_argument("--warmup", type=int, default=warmup, help=f"untimed beats first (default {warmup})")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    return ap
+
+
+def compile_or_run(args, compile_profiles, run_profiles, columns: list[str]) -> int:
+    """``compile``: writes the profiles (needs xDSL; 0). ``run``: measures them (needs the GPU), prints one
+    table of ``columns`` (errors, the columns ending in ``err``, as 1.2e-07) and writes the rows to
+    ``args.json`` when given; 0 when every row is ``ok``, else 1."""
+    if args.command == "compile":
+        compile_profiles(args)
+        return 0
+    rows = run_profiles(args)
+    print(" | ".join(columns))
+    for row in rows:
+        print(" | ".join(f"{row[c]:.1e}" if c.endswith("err") else str(row[c]) for c in columns))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if all(row["ok"] for row in rows) else 1
