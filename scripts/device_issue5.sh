@@ -15,6 +15,8 @@
 #            16,384 sessions, 1,020 timed beats each (peers.json)
 #   density  the largest cohort each system holds at a 32 ms beat (density.json, density.png)
 #   conv     Silero's convolutions alone against cuDNN and the floor (conv.json; bench/conv.py)
+#   bodies   norms, softmax, LSTM/GRU cells and ring-cache attention alone against PyTorch (bodies.json;
+#            bench/bodies.py; `python3 bench/bodies.py compile --out .device/bodies` here first)
 #   duplex   duplex:1b's density at an 80 ms beat against its batched PyTorch peers (bench/builder_peers.py) on
 #            the .device/duplex1b-N profiles (`device_profiles.py --duplex-sessions N...`; duplex.json, .png)
 # Every step has its own timeout; `check big timeline conv` fit one 10-minute device call, `peers density`
@@ -25,11 +27,11 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|big|timeline|ab=NAME=VALUE|peers|density|conv|duplex ... [-- OUTDIR]"
+usage="usage: $0 check|big|timeline|ab=NAME=VALUE|peers|density|conv|bodies|duplex ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | big | timeline | peers | density | conv | duplex | ab=?*=?*) ;;
+  check | big | timeline | peers | density | conv | bodies | duplex | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +67,9 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-64 --b
     ;;
   conv)
     timeout 240 python3 bench/conv.py run --out .device/conv --beats 200 --warmup 20 --json "$out/conv.json"
+    ;;
+  bodies)
+    timeout 300 python3 bench/bodies.py run --out .device/bodies --beats 200 --warmup 20 --json "$out/bodies.json"
     ;;
   duplex)
     timeout 500 python3 bench/density.py .device/duplex1b-* --beat-ms 80 --beats 100 --runs 3 \
