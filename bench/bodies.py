@@ -123,11 +123,11 @@ def time_systems(model, profile, cubin, beats: int, warmup: int, rng) -> dict[st
     from wavec.targets.cuda import runtime
 
     frames = frames_for(model, warmup + beats, profile.sessions, rng)
-    keep = np.zeros(profile.sessions, bool)
+    no_reset = np.zeros(profile.sessions, bool)
     times = {}
     with runtime.CudaSession(profile, cubin=cubin) as session:
         for b in range(warmup + beats):
-            session.beat({k: v[b] for k, v in frames.items()}, keep)
+            session.beat({k: v[b] for k, v in frames.items()}, no_reset)
         times["wavec"] = np.array(session.latencies_us[warmup:])
     for system in ("eager", "graph"):
         peer = BuilderPeerBackend(model, profile.sessions, graph=system == "graph")
@@ -136,7 +136,7 @@ def time_systems(model, profile, cubin, beats: int, warmup: int, rng) -> dict[st
         for b in range(warmup + beats):
             for k, v in frames.items():
                 staged[k][...] = v[b]
-            peer.publish(staged, keep)
+            peer.publish(staged, no_reset)
             beat_us.append(peer.last_compute_us)
         times[system] = np.array(beat_us[warmup:])
     return times
