@@ -120,12 +120,21 @@ class TorchStep:
         rank = v.t.dim() - v.batched
         return axis % rank + v.batched if rank else 0
 
-    @staticmethod
-    def _shared(node, *values: _Value) -> None:
-        """Refuses a per-session value where this port takes the model's shared weights (conv, cell weights)."""
-        if any(v.batched for v in values):
-            raise NotImplementedError(f"builder_peers: {node.kind} at {node.where} has a per-session weight; "
-                                      "the peer takes shared ones only")
+    def _rows_times(self, x: _Value, w: _Value):
+        """Per session x @ w (a cell's gates), as op_matmul: the weight shared or per session."""
+        return self._batched(self.op_matmul(None, [x, w], {}))
+
+    def _conv(self, fn, x, w: _Value, groups: int, **options):
+        """``fn`` (F.conv1d or F.conv_transpose1d) of x [S, C, L] with w shared, or per session [S, ...]: then
+        the sessions become groups of one convolution over [1, S*C, L]."""
+        if not w.batched:
+            return fn(x, w.t, groups=groups, **options)
+        y = fn(x.reshape(1, -1, x.shape[-1]), w.t.reshape(-1, *w.t.shape[2:]), groups=self.S * groups, **options)
+        return y.reshape(self.S, -1, y.shape[-1])
+
+    def _bias(self, b: _Value):
+        """A conv bias [C] (or [S, C]) broadcastable against [S, C, T]."""
+        return b.t[..., None]
 
     def _out(self, t, *args: _Value) -> _Value:
         return _Value(t, any(a.batched for a in args))
@@ -250,36 +259,35 @@ class TorchStep:
 
     def op_conv1d(self, node, args, attrs):
         F = self.torch.nn.functional
-        self._shared(node, *args[1:3 if attrs["bias"] else 2])
-        x, w = self._batched(args[0]), args[1].t
-        bias = args[2].t if attrs["bias"] else None
-        t, k, dil = x.shape[-1], w.shape[-1], attrs["dilation"]
+        x, w = self._batched(args[0]), args[1]
+        t, k, dil = x.shape[-1], w.t.shape[-1], attrs["dilation"]
         if not attrs.get("context"):  # the reference reads no tap past the frame: k == 1 or zero taps
-            y = F.conv1d(F.pad(x, (0, dil * (k - 1))), w, bias, dilation=dil, groups=attrs["groups"])
-            return _Value(y[..., :t], True)
-        full = self.torch.cat([self._batched(args[-1]), x], -1)
-        y = F.conv1d(full, w, bias, dilation=dil, groups=attrs["groups"])[..., :t]
-        return [_Value(y, True), _Value(full[..., full.shape[-1] - args[-1].t.shape[-1]:], True)]
+            full, kept = F.pad(x, (0, dil * (k - 1))), None
+        else:
+            full = self.torch.cat([self._batched(args[-1]), x], -1)
+            kept = _Value(full[..., full.shape[-1] - args[-1].t.shape[-1]:], True)
+        y = self._conv(F.conv1d, full, w, attrs["groups"], dilation=dil)[..., :t]
+        if attrs["bias"]:
+            y = y + self._bias(args[2])
+        return _Value(y, True) if kept is None else [_Value(y, True), kept]
 
     def op_conv_transpose1d(self, node, args, attrs):
         F = self.torch.nn.functional
-        self._shared(node, *args[1:3 if attrs["bias"] else 2])
-        x, w = self._batched(args[0]), args[1].t
-        t, s, k = x.shape[-1], attrs["stride"], w.shape[-1]
-        out = F.conv_transpose1d(x, w, stride=s)
+        x, w = self._batched(args[0]), args[1]
+        t, s, k = x.shape[-1], attrs["stride"], w.t.shape[-1]
+        out = self._conv(F.conv_transpose1d, x, w, 1, stride=s)
         if attrs.get("tail"):
             out = self.torch.cat([out[..., : k - s] + self._batched(args[-1]), out[..., k - s:]], -1)
         y = out[..., : t * s]
         if attrs["bias"]:
-            y = y + args[2].t[:, None]
+            y = y + self._bias(args[2])
         return [_Value(y, True), _Value(out[..., t * s:], True)] if attrs.get("tail") else _Value(y, True)
 
     def op_lstm_cell(self, node, args, attrs):
         torch = self.torch
         x, h, c, w, r, b = args
-        self._shared(node, w, r, b)
         n = h.t.shape[-1]
-        z = self._batched(x) @ w.t + self._batched(h) @ r.t + b.t
+        z = self._rows_times(x, w) + self._rows_times(h, r) + self._aligned(b, len(node.shapes[0]))
         i, f, g, o = (z[..., k * n:(k + 1) * n] for k in range(4))
         c2 = torch.sigmoid(f) * self._batched(c) + torch.sigmoid(i) * torch.tanh(g)
         return [_Value(torch.sigmoid(o) * torch.tanh(c2), True), _Value(c2, True)]
@@ -287,14 +295,14 @@ class TorchStep:
     def op_gru_cell(self, node, args, attrs):
         torch = self.torch
         x, h, w, r, bw, br = args
-        self._shared(node, w, r, bw, br)
         n = h.t.shape[-1]
-        hb = self._batched(h)
-        xw, hr = self._batched(x) @ w.t + bw.t, hb @ r.t + br.t
+        rank = len(node.shapes[0])
+        xw = self._rows_times(x, w) + self._aligned(bw, rank)
+        hr = self._rows_times(h, r) + self._aligned(br, rank)
         rg = torch.sigmoid(xw[..., :n] + hr[..., :n])
         zg = torch.sigmoid(xw[..., n:2 * n] + hr[..., n:2 * n])
         cand = torch.tanh(xw[..., 2 * n:] + rg * hr[..., 2 * n:])
-        return _Value((1.0 - zg) * cand + zg * hb, True)
+        return _Value((1.0 - zg) * cand + zg * self._batched(h), True)
 
     def op_ssm_step(self, node, args, attrs):
         torch = self.torch

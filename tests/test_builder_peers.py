@@ -86,11 +86,31 @@ def _reduce_over_no_axes(m):
     m.output("y", m.reduce("sum", m.input("x", (4,)), []))
 
 
+def _per_session_weights(m):  # conv, transposed conv and cell weights scaled by a per-session input
+    s = m.input("s", (1,))
+    x = m.input("x", (4, 3))
+    m.output("conv", m.conv1d(m.slice(x, 0, 0, 2), m.weight("w", (2, 2, 2)) * m.reshape(s, (1, 1, 1)),
+                              m.weight("b", (2,)) * s, name="c"))
+    m.output("convt", m.conv_transpose1d(x, m.weight("wt", (4, 5, 5)) * m.reshape(s, (1, 1, 1)), m.weight("bt", (5,)),
+                                         name="t", stride=2))
+    h, c = m.state("h", (2, 4)), m.state("c", (2, 4))
+    h2, c2 = m.lstm_cell(m.input("xc", (2, 3)), h, c, m.weight("W", (3, 16)) * s, m.weight("R", (4, 16)),
+                         m.weight("B", (16,)) * s)
+    m.state_write("h", h2)
+    m.state_write("c", c2)
+    m.output("h", h2)
+    g = m.state("g", (4,))
+    g2 = m.gru_cell(m.input("xg", (3,)), g, m.weight("W1", (3, 12)), m.weight("R1", (4, 12)) * s,
+                    m.weight("b1", (12,)), m.weight("b2", (12,)) * s)
+    m.state_write("g", g2)
+    m.output("g", g2)
+
+
 @pytest.mark.parametrize("build", [_state_swap, _beat_output, _norms_with_session_gain, _rope_of_a_weight,
-                                   _reduce_over_no_axes])
+                                   _reduce_over_no_axes, _per_session_weights])
 def test_hand_built_models_the_presets_do_not_cover(build):
-    """Cases a review found wrong in the first port: state aliasing, per-session gains, rope of a shared
-    tensor, an empty reduction."""
+    """Cases a review found wrong or refused in the first port: state aliasing, per-session gains, rope of a
+    shared tensor, an empty reduction, per-session conv and cell weights."""
     model = Model(build.__name__)
     build(model)
     model.finish()
