@@ -55,8 +55,7 @@ def workload(profile, beats: int):
     from wavec.audio import cohort_schedule
 
     n = profile.sessions
-    frame_bytes = n * sum(4 * int(np.prod(i["shape"])) for i in profile.meta["inputs"])
-    distinct = distinct_beats(beats, frame_bytes)
+    distinct = distinct_beats(beats, profile)
     cycle = np.arange(beats) % distinct
     if is_silero(profile):
         frames, reset = cohort_schedule(n, distinct, seed=100)

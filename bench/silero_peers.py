@@ -215,7 +215,7 @@ def measure(directory: Path, net, args) -> dict:
     row = {"profile": str(directory), "sessions": n, "tasks": int(len(profile.payloads)),
            "err_vs_torch": float(np.abs(got - torch_beats(net, frames, reset)).max())}
     total = args.warmup + args.beats
-    distinct = distinct_beats(total, n * 576 * 4)
+    distinct = distinct_beats(total, profile)
     frames, reset = cohort_schedule(n, distinct, seed=100)  # every run serves the same beats
     beats = np.arange(total) % distinct
     frames, reset = Beats(frames, beats), Beats(reset, beats)

@@ -62,10 +62,11 @@ def _import_wavec() -> None:
 FRAME_BYTES_BUDGET = 1 << 30  # host bytes of distinct timed frames; beyond it the beats cycle through them
 
 
-def distinct_beats(beats: int, frame_bytes: int) -> int:
-    """How many of ``beats`` beats of ``frame_bytes`` each (all sessions' frames) fit FRAME_BYTES_BUDGET: the
-    timed beats cycle through that many (at least 1). Beyond the budget, making the frames would cost more device
-    time than running them (16,384 Silero sessions: 38 MB a beat)."""
+def distinct_beats(beats: int, profile) -> int:
+    """How many of ``beats`` beats of ``profile``'s frames (every session's float32 inputs) fit
+    FRAME_BYTES_BUDGET: the timed beats cycle through that many (at least 1). Beyond the budget, making the
+    frames would cost more device time than running them (16,384 Silero sessions: 38 MB a beat)."""
+    frame_bytes = profile.sessions * sum(4 * int(np.prod(i["shape"])) for i in profile.meta["inputs"])
     return max(1, min(beats, FRAME_BYTES_BUDGET // max(1, frame_bytes)))
 
 
@@ -174,8 +175,7 @@ def check_profile(label: str, profile, args) -> dict:
         row["max_abs_err"] = max_abs_err(got, want)
 
     n = args.warmup + args.beats
-    frame_bytes = profile.sessions * sum(4 * int(np.prod(i["shape"])) for i in profile.meta["inputs"])
-    distinct = distinct_beats(n, frame_bytes)
+    distinct = distinct_beats(n, profile)
     frames, reset = random_inputs(profile, distinct, seed=2, reset_rate=0.01)
     trips = []
     with runtime.CudaSession(profile, cubin=cubin) as session:
