@@ -269,6 +269,11 @@ class CudaSession:
                                         spec["shape"], self.sessions, f"output {spec['name']!r}")
             for spec in meta["outputs"]
         }
+        self._output_bytes = {  # each output's [begin, end) in the output half: what `collect` copies back
+            spec["name"]: (spec["offset"], spec["offset"] + (self.sessions - 1) * spec["session_stride"]
+                           + 4 * math.prod(spec["shape"]))
+            for spec in meta["outputs"]
+        }
 
         flags = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
         self._kernel_stream = check(cu.cuStreamCreate(flags), "cuStreamCreate")
@@ -485,7 +490,8 @@ class CudaSession:
         if not self._done(b):
             self.wait()
         half = b % 2
-        begin, end = self._output_span(names)
+        spans = [self._output_bytes[name] for name in names]
+        begin, end = min((b for b, _ in spans), default=0), max((e for _, e in spans), default=0)
         if end > begin:
             check(
                 cu.cuMemcpyDtoHAsync(self._out_stage.ptr + begin, self._dev["output"] + half * self.output_half + begin,
@@ -496,15 +502,6 @@ class CudaSession:
         self._published_ns.pop(b, None)
         self.beat_index += 1
         return {name: np.array(self._output_views[name], np.float32) for name in names}
-
-    def _output_span(self, names) -> tuple[int, int]:
-        """The byte range [begin, end) of the output half that holds the named outputs."""
-        spans = []
-        for name in names:
-            view = self._output_views[name]
-            first = view.__array_interface__["data"][0] - self._out_stage.ptr
-            spans.append((first, first + (view.shape[0] - 1) * view.strides[0] + view[0].nbytes))
-        return (min(b for b, _ in spans), max(e for _, e in spans)) if spans else (0, 0)
 
     def error(self) -> str | None:
         """The kernel's first recorded error as a sentence, or None."""
