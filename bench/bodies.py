@@ -143,23 +143,14 @@ def time_systems(model, profile, cubin, beats: int, warmup: int, rng) -> dict[st
 
 
 def run_profiles(args) -> list[dict]:
-    sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "bench")]
-    from gpu_check import _import_wavec, kernel_for
+    from gpu_check import kernel_for
+    from harness import profiles_to_run
 
-    _import_wavec()
-    from wavec.profile import load
-    from wavec.targets.cuda import runtime
+    profiles = profiles_to_run(args, "bodies")  # first: it maps the checkout's packages under `wavec`
     from wavec.targets.cuda.build import build_cubin
 
-    paths = sorted((p for p in args.out.glob("*-*") if (p / "profile.json").is_file()),
-                   key=lambda p: (p.name.rsplit("-", 1)[0], int(p.name.rsplit("-", 1)[1])))
-    if not paths:
-        sys.exit(f"bench/bodies.py: no profiles under {args.out}; run `bench/bodies.py compile --out {args.out}` first")
-    if not runtime.gpu_available():
-        sys.exit("bench/bodies.py run: needs a CUDA GPU with cuda-bindings (and torch for the peers)")
     rows = []
-    for path in paths:
-        name, profile = path.name.rsplit("-", 1)[0], load(path)
+    for name, profile in profiles:
         model = body_model(name)
         cubin = build_cubin(kernel_for(profile, False))
         rng = np.random.default_rng(int(time.time()))

@@ -135,24 +135,15 @@ def reference(model, frames: np.ndarray) -> np.ndarray:
 
 def run_profiles(args) -> list[dict]:
     import onnx
+    from gpu_check import kernel_for
+    from harness import profiles_to_run
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from gpu_check import _import_wavec, kernel_for
-
-    _import_wavec()
-    from wavec.profile import load
+    profiles = profiles_to_run(args, "conv")  # first: it maps the checkout's packages under `wavec`
     from wavec.targets.cuda import runtime
     from wavec.targets.cuda.build import build_cubin
 
-    paths = sorted((p for p in args.out.glob("*-*") if (p / "profile.json").is_file()),
-                   key=lambda p: (p.name.split("-")[0], int(p.name.split("-")[1])))
-    if not paths:
-        sys.exit(f"bench/conv.py: no profiles under {args.out}; run `bench/conv.py compile --out {args.out}` first")
-    if not runtime.gpu_available():
-        sys.exit("bench/conv.py run: needs a CUDA GPU with cuda-bindings (and torch for the peers)")
     rows = []
-    for path in paths:
-        shape, profile = path.name.split("-")[0], load(path)
+    for shape, profile in profiles:
         model = onnx.load(args.out / f"{shape}.onnx")
         try:
             cubin = build_cubin(kernel_for(profile, False, constants=args.set))

@@ -122,20 +122,12 @@ def time_torch(weights: list[np.ndarray], frames: np.ndarray, warmup: int) -> di
 
 
 def run_profiles(args) -> list[dict]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from gpu_check import _import_wavec
+    from harness import profiles_to_run
 
-    _import_wavec()
-    from wavec.profile import load
+    profiles = [profile for _, profile in profiles_to_run(args, "gemm")]  # first: it maps `wavec`
     from wavec.targets.cuda import codegen, runtime
     from wavec.targets.cuda.build import build_cubin
 
-    paths = sorted(args.out.glob("gemm-*"), key=lambda p: int(p.name.split("-")[1]))
-    if not paths:
-        sys.exit(f"bench/gemm.py: no gemm-N profiles under {args.out}; run `bench/gemm.py compile --out {args.out}` first")
-    if not runtime.gpu_available():
-        sys.exit("bench/gemm.py run: needs a CUDA GPU with cuda-bindings (and torch for the peers)")
-    profiles = [load(path) for path in paths]
     sources = [(codegen.with_cohort_gemm(runtime.kernel_source(p)), runtime.kernel_source(p)) for p in profiles]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
         built = list(pool.map(build_cubin, [src for pair in sources for src in pair]))

@@ -36,3 +36,25 @@ def compile_or_run(args, compile_profiles, run_profiles, columns: list[str]) -> 
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0 if all(row["ok"] for row in rows) else 1
+
+
+def profiles_to_run(args, bench: str) -> list[tuple[str, object]]:
+    """The ``NAME-SESSIONS`` profiles under ``args.out``, by name then cohort size, as (NAME, Profile), with
+    the repository's packages importable as ``wavec`` (the GPU machine has no install). Exits with a
+    message when there are none or no GPU."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check import _import_wavec
+
+    _import_wavec()
+    from wavec.profile import load
+    from wavec.targets.cuda import runtime
+
+    paths = sorted((p for p in args.out.glob("*-*") if (p / "profile.json").is_file()),
+                   key=lambda p: (p.name.rsplit("-", 1)[0], int(p.name.rsplit("-", 1)[1])))
+    if not paths:
+        sys.exit(f"bench/{bench}.py: no profiles under {args.out}; run `bench/{bench}.py compile --out {args.out}` first")
+    if not runtime.gpu_available():
+        sys.exit(f"bench/{bench}.py run: needs a CUDA GPU with cuda-bindings (and torch for the peers)")
+    return [(p.name.rsplit("-", 1)[0], load(p)) for p in paths]
