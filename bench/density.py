@@ -114,7 +114,7 @@ def serve_runs(profile, make_backend, frames, reset, beat_ms: float, runs: int) 
 def row_of(system: str, sessions: int, results: list, floor: float | None) -> dict:
     """One table row. ``lag_p99_us``: the host's share, from a beat's scheduled start to its frames being
     handed to the system (gathering them and, for a beat published ahead, waiting for the one before);
-    ``floor_us``: the beat's physical floor at this size (the profile's report, silero_peers.floor_us),
+    ``floor_us``: the beat's physical floor at this size (the profile's report, harness.floor_us),
     and the p99 over it; ``identical_runs``: every run delivered the same output bits (the runs serve the
     same frames and resets)."""
     compute = np.concatenate([r.compute_us for r in results])
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_check import _import_wavec
 
     _import_wavec()
-    from silero_peers import floor_us
+    from harness import floor_us
 
     import wavec
     from wavec.serve import open_backend

@@ -58,3 +58,10 @@ def profiles_to_run(args, bench: str) -> list[tuple[str, object]]:
     if not runtime.gpu_available():
         sys.exit(f"bench/{bench}.py run: needs a CUDA GPU with cuda-bindings (and torch for the peers)")
     return [(p.name.rsplit("-", 1)[0], load(p)) for p in paths]
+
+
+def floor_us(profile) -> float | None:
+    """The beat's physical floor from the profile's report (wavec.report: the larger of the FLOPs at the
+    target's peak fp32 rate, the bytes at its HBM bandwidth, and the chain of per-phase ideals), us."""
+    floor = (profile.report.get("floor_us") or {}).get("beat")
+    return round(float(floor), 2) if floor is not None else None

@@ -201,6 +201,7 @@ def time_wavec(profile, cubin, frames: np.ndarray, reset: np.ndarray) -> np.ndar
 
 def measure(directory: Path, net, args) -> dict:
     from gpu_check import distinct_beats
+    from harness import floor_us
 
     import wavec
     from wavec.audio import cohort_schedule
@@ -248,13 +249,6 @@ def measure(directory: Path, net, args) -> dict:
 COLUMNS = ["sessions", "tasks", "wavec_p50", "wavec_p99", "wavec_max", "graph_p50", "graph_p99", "batched_p50",
            "batched_p99", "solo_p50", "solo_p99", "best_peer", "p99_over_best_peer", "floor_us", "wavec_p99_over_floor",
            "err_vs_torch", "ok"]
-
-
-def floor_us(profile) -> float | None:
-    """The beat's physical floor from the profile's report (wavec.report: the larger of the FLOPs at the
-    target's peak fp32 rate, the bytes at its HBM bandwidth, and the chain of per-phase ideals), us."""
-    floor = (profile.report.get("floor_us") or {}).get("beat")
-    return round(float(floor), 2) if floor is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:
