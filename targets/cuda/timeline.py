@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _phase_of_row(profile) -> np.ndarray:
-    """Phase index per payload row (payload rows are in worker order; ``task`` ids follow the phases)."""
-    counts = [p["tasks"] for p in profile.meta["phases"]]
-    return np.repeat(np.arange(len(counts)), counts)[profile.payloads["task"]]
+from wavec.analysis.timeline import phase_of_rows
 
 
 def beat_summary(profile, trace: np.ndarray) -> dict:
@@ -38,7 +34,7 @@ def beat_summary(profile, trace: np.ndarray) -> dict:
 def phase_rows(profile, trace: np.ndarray) -> list[dict]:
     """Per phase of one traced beat: ``start_us`` (its first body, from the beat's first wait), ``span_us``
     (first body start to last body end), ``body_max_us`` and ``wait_us`` (summed over its tasks)."""
-    phase = _phase_of_row(profile)
+    phase = phase_of_rows(profile)
     t = trace.astype(np.int64)
     t0 = int(t[:, 0].min())
     rows = []
