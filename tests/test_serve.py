@@ -275,7 +275,8 @@ def test_cuda_backend_fetches_only_the_named_outputs_bytes(monkeypatch, tmp_path
     assert list(one.outputs) == ["lse"] and len(every.outputs) == len(small.meta["outputs"]) > 1
     np.testing.assert_array_equal(one.outputs["lse"], every.outputs["lse"])
     lse = next(o for o in small.meta["outputs"] if o["name"] == "lse")
-    assert copied[4:] == [4 * lse["session_stride"] + 4 * 4] * 4  # 5 sessions' rows of 4 floats
+    assert (lse["shape"], lse["session_stride"]) == ([4], 16)  # the built-in program's layout, by hand:
+    assert copied[4:] == [4 * 16 + 16] * 4  # 4 session strides to the last session's row, then its 4 floats
     assert copied[0] > copied[4]
     for fetch, message in ((["nope"], "--fetch 'nope': not an output"), ("lse", "not one string"),
                            ([], "no output named"), ([1], "--fetch 1: not an output")):
