@@ -28,7 +28,10 @@ touches 1.9e7; duplex:1b at one session 2.9e8, at 8 sessions 2.1e9). ``wpk.granu
 
 Worker assignment: static list scheduling. Each task costs ``overhead + max(FLOPs / (peak / SMs),
 bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates from the target, or the
-``peak-flops`` / ``hbm-bandwidth`` options); a wait that crosses workers adds ``handoff-us``. Ready
+``peak-flops`` / ``hbm-bandwidth`` options); the overhead is ``task-overhead-us``, or by default the
+target's measured fixed cost of a task of its opcode (wavec.hw.task_overhead_us: on the H200 a one-session
+MATMUL or CONV task takes microseconds whatever its work, so a short chain placed behind one costs more than a
+handoff); a wait that crosses workers adds ``handoff-us``. Ready
 tasks are taken by critical-path priority (longest cost path to the end of the beat) and placed on the
 worker where they can start earliest; a worker runs its tasks in the order they were placed, which is
 their start-time order, and every wait points at tasks placed before, so the program cannot deadlock.
@@ -261,7 +264,8 @@ class WpkSchedule(ModulePass):
     hw: str = field(default="h200", metadata={"help": "hardware target for the rates (a name or a YAML path)"})
     peak_flops: float = field(default=0.0, metadata={"help": "device fp32 FLOP/s (0: the target's)"})
     hbm_bandwidth: float = field(default=0.0, metadata={"help": "device HBM bytes/s (0: the target's)"})
-    task_overhead_us: float = field(default=0.3, metadata={"help": "fixed cost of one task (fetch, waits, signal)"})
+    task_overhead_us: float = field(default=-1.0, metadata={"help": "fixed cost of one task (fetch, waits, signal); "
+                                                                    "<0: the target's per opcode"})
     handoff_us: float = field(default=-1.0, metadata={"help": "latency of a wait across workers (<0: the target's)"})
     granularity: str = field(
         default="auto",
@@ -292,11 +296,13 @@ class WpkSchedule(ModulePass):
             return "phase", f"auto: {words:,} tracked words touched, over max-tile-words {self.max_tile_words:,}"
         return "tile", f"auto: {words:,} tracked words touched, within max-tile-words {self.max_tile_words:,}"
 
-    def _rates(self) -> tuple[float, float, float]:
-        """(FLOP/s, bytes/s) of one SM and the cross-worker handoff in microseconds."""
+    def _rates(self) -> tuple[float, float, float, dict[str, float]]:
+        """(FLOP/s, bytes/s) of one SM, the cross-worker handoff in microseconds and each opcode's fixed task
+        cost in microseconds."""
         peak, bw, handoff, sms = self.peak_flops, self.hbm_bandwidth, self.handoff_us, 0
-        if peak <= 0 or bw <= 0 or handoff < 0:
-            from wavec.hw import load_hw
+        overhead = {op: self.task_overhead_us for op in wpk.OPCODE_NAMES}
+        if peak <= 0 or bw <= 0 or handoff < 0 or self.task_overhead_us < 0:
+            from wavec.hw import load_hw, task_overhead_us
 
             try:
                 hw = load_hw(self.hw)
@@ -307,8 +313,10 @@ class WpkSchedule(ModulePass):
             bw = bw if bw > 0 else float(hw["hbm_bandwidth_bytes_per_s"])
             if handoff < 0:
                 handoff = float((hw.get("measured") or {}).get("flag_handoff_us", 1.1))
+            if self.task_overhead_us < 0:
+                overhead = task_overhead_us(hw)
         sms = sms or self.workers
-        return peak / sms, bw / sms, handoff
+        return peak / sms, bw / sms, handoff, overhead
 
     @staticmethod
     def _absorb(chosen: list[int], tasks: list[_Task], counters: list[_Counter], anc: list[int],
@@ -342,8 +350,7 @@ class WpkSchedule(ModulePass):
             raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
         if not 1 <= self.workers <= 0x10000:
             raise PassFailedException(f"wpk-schedule: workers must be in [1, 65536] (a payload's worker is a u16), got {self.workers}")
-        for option, value, zero in (("task-overhead-us", self.task_overhead_us, "none"),
-                                    ("peak-flops", self.peak_flops, "the target's"),
+        for option, value, zero in (("peak-flops", self.peak_flops, "the target's"),
                                     ("hbm-bandwidth", self.hbm_bandwidth, "the target's")):
             if value < 0:
                 raise PassFailedException(f"wpk-schedule: {option} must be >= 0 (0: {zero}), got {value}")
@@ -360,7 +367,7 @@ class WpkSchedule(ModulePass):
                 "wpk-schedule: buffers have no arena offsets; run wpk-arena first (dependencies come from the "
                 "placed byte footprints)"
             )
-        flop_rate, byte_rate, handoff = self._rates()
+        flop_rate, byte_rate, handoff, overhead = self._rates()
         arena_bytes = {k: v.value.data for k, v in op.attributes["wpk.arena_bytes"].data.items()}
         bases, total = {}, 0
         for a in TRACKED_ARENAS:
@@ -378,7 +385,7 @@ class WpkSchedule(ModulePass):
         if granularity == "tile":
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
-            t.cost = self.task_overhead_us + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
+            t.cost = overhead[t.op.opcode.data] + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
 
         # ---- groups and their counters
         counters: list[_Counter] = []

@@ -373,6 +373,10 @@ def test_a_complete_custom_pipeline_compiles(tmp_path, capsys):
      "threads_per_block is 100; it must be a multiple of 32 in [32, 1024]"),
     ("name: x\nsm_count: 2\nl2_bytes: 1.5\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n",
      "l2_bytes is 1.5; it must be a whole number of bytes >= 1"),
+    ("name: x\nsm_count: 2\nmeasured: {task_us: {conv: 0}}\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n",
+     "measured.task_us is {'conv': 0}; it must map opcode names (ewise, matmul, conv, reduce) to positive microseconds"),
+    ("name: x\nsm_count: 2\nmeasured: {task_us: {gemm: 1.0}}\nhbm_bandwidth_bytes_per_s: 1.0e+12\npeak_flops_per_s: {fp32: 1.0e+13}\n",
+     "measured.task_us is {'gemm': 1.0}"),
 ])
 def test_bad_hw_yaml_is_one_line(tmp_path, capsys, text, message):
     hw = tmp_path / "gpu.yaml"

@@ -9,6 +9,7 @@ import pytest
 import wavec
 from wavec.analysis.timeline import model_timeline
 from wavec.cli import main as wavec_main
+from wavec.driver import default_pipeline
 from wavec.hw import load_hw
 from wavec.models import silero_vad_path
 
@@ -54,3 +55,23 @@ def test_fusion_saving_is_what_the_unfused_program_moves_more(silero):
     saved = fused.report["fusion_saved_bytes_per_beat"]
     assert saved > 0
     assert unfused.report["bytes_per_beat"] - fused.report["bytes_per_beat"] == saved
+
+
+def test_measured_task_costs_keep_short_tasks_off_a_busy_worker():
+    """wpk-schedule charges each task its opcode's measured fixed cost (the target's measured.task_us). At
+    one Silero session the decoder's CONV then takes microseconds, so the state's output copy and write-back
+    (ready before it) go to other workers instead of queuing behind it, as they did at a flat 0.3 us."""
+    from wavec.analysis.timeline import phase_of_rows
+
+    def worker_of(profile, phase_name):
+        names = [p["name"] for p in profile.meta["phases"]]
+        rows = np.flatnonzero(phase_of_rows(profile) == names.index(phase_name))
+        return {w for w, (b, e) in enumerate(profile.meta["worker_tasks"]) for r in rows if b <= r < e}
+
+    kw = dict(sessions=1, bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")])
+    measured = wavec.compile(silero_vad_path(), **kw)
+    flat = wavec.compile(silero_vad_path(), pipeline=default_pipeline(1, 132).replace(
+        "wpk-schedule{", "wpk-schedule{task-overhead-us=0.3 "), **kw)
+    decoder = [p["name"] for p in measured.meta["phases"] if p["op"] == "wave.conv"][-1]
+    assert worker_of(measured, "state_write_state").isdisjoint(worker_of(measured, decoder))
+    assert worker_of(flat, "state_write_state") == worker_of(flat, decoder)

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from wavec.errors import WavecError
+from wavec.opcodes import Opcode
 
 REQUIRED = ("name", "sm_count", "hbm_bandwidth_bytes_per_s", "peak_flops_per_s")
 
@@ -62,6 +63,12 @@ def load_hw(name_or_path: str) -> dict:
     l2 = hw.get("l2_bytes")  # optional: without it the kernel never prefetches weights (codegen.prefetch_weights)
     if l2 is not None and (isinstance(l2, bool) or not isinstance(l2, int) or l2 < 1):
         raise WavecError(f"{where}: l2_bytes is {l2!r}; it must be a whole number of bytes >= 1")
+    task_us = (hw.get("measured") or {}).get("task_us")  # optional: wpk-schedule's per-opcode task cost
+    opcodes = tuple(o.name.lower() for o in Opcode)
+    if task_us is not None and not (isinstance(task_us, dict) and set(task_us) <= set(opcodes)
+                                    and all(_positive(v) for v in task_us.values())):
+        raise WavecError(f"{where}: measured.task_us is {task_us!r}; it must map opcode names "
+                         f"({', '.join(opcodes)}) to positive microseconds")
     bw = hw["hbm_bandwidth_bytes_per_s"]
     if not _positive(bw):
         raise WavecError(f"{where}: hbm_bandwidth_bytes_per_s is {bw!r}; it must be a positive number")
@@ -70,6 +77,16 @@ def load_hw(name_or_path: str) -> dict:
     if not _positive(fp32):
         raise WavecError(f"{where}: peak_flops_per_s.fp32 is {fp32!r}; it must be a positive number")
     return hw
+
+
+DEFAULT_TASK_OVERHEAD_US = 0.3  # a task's fixed cost (fetch, waits, signal) on a target that measured none
+
+
+def task_overhead_us(hw: dict) -> dict[str, float]:
+    """Each opcode's fixed task cost in microseconds, as wpk-schedule and the modeled timeline charge it:
+    the target's ``measured.task_us``, DEFAULT_TASK_OVERHEAD_US where it gives none."""
+    measured = (hw.get("measured") or {}).get("task_us") or {}
+    return {name: float(measured.get(name, DEFAULT_TASK_OVERHEAD_US)) for name in (o.name.lower() for o in Opcode)}
 
 
 def _positive(v) -> bool:

@@ -2,7 +2,8 @@
 
 It replays the schedule the payloads encode (each worker's task order, each task's counter waits) with
 the cost model wpk-schedule uses: a task costs ``overhead_us + max(FLOPs / per-SM peak, bytes / per-SM
-bandwidth)`` (wavec/analysis/cost.py counts; the per-SM rates are the target's peak over its SM count)
+bandwidth)`` (wavec/analysis/cost.py counts; the per-SM rates are the target's peak over its SM count; the
+overhead the target's for the task's opcode, wavec.hw.task_overhead_us)
 and a wait on tasks of another worker adds the cross-SM handoff (ARCHITECTURE.md's measured 1.1 us).
 `gantt_png` draws it, workers by time, colored by phase (matplotlib).
 """
@@ -14,11 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from wavec.analysis.cost import flops_per_element
-from wavec.opcodes import OUT, footprint, unpack_params
+from wavec.hw import task_overhead_us
+from wavec.opcodes import OUT, Opcode, footprint, unpack_params
 from wavec.profile import Profile
-
-TASK_OVERHEAD_US = 0.3  # fetch the payload, wait, signal: wpk-schedule's default task-overhead-us
-
 
 @dataclass
 class Timeline:
@@ -32,7 +31,7 @@ class Timeline:
         return float(self.end_us.max()) if len(self.end_us) else 0.0
 
 
-def task_cost_us(rec, params, flop_rate: float, byte_rate: float, overhead_us: float = TASK_OVERHEAD_US,
+def task_cost_us(rec, params, flop_rate: float, byte_rate: float, overhead_us: float,
                  touched_cache: dict | None = None) -> float:
     """A task's modeled time on one SM (rates per SM, in FLOP/s and bytes/s)."""
     sessions = int(rec["session_end"]) - int(rec["session_begin"])
@@ -61,9 +60,10 @@ def model_timeline(profile: Profile, hw: dict) -> Timeline:
     flop_rate = float(hw["peak_flops_per_s"]["fp32"]) / sms
     byte_rate = float(hw["hbm_bandwidth_bytes_per_s"]) / sms
     handoff = float((hw.get("measured") or {}).get("flag_handoff_us", 1.1))
+    overhead = task_overhead_us(hw)
     touched: dict = {}
     cost = np.array([task_cost_us(r, unpack_params(profile.params, int(r["params"])), flop_rate, byte_rate,
-                                  touched_cache=touched) for r in records])
+                                  overhead[Opcode(int(r["opcode"])).name.lower()], touched) for r in records])
     worker = np.empty(len(records), np.int64)
     for w, (b, e) in enumerate(profile.meta["worker_tasks"]):
         worker[b:e] = w
