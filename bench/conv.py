@@ -11,7 +11,7 @@ nvcc and torch: for each profile it checks the kernel's output against float64 P
 frames, then times ``--beats`` beats of
 
 - ``wavec``: the profile's persistent kernel (``--set``: a constexpr switch of it, as gpu_check.py --set,
-  e.g. kConvTiled=false, the CONV without its tiled body);
+  e.g. kTiledGemm=false, the CONV without its tiled GEMM);
 - ``eager`` / ``graph``: torch.nn.functional.conv1d fp32 (TF32 off, cuDNN) on the whole cohort, eager and
   replayed as a CUDA graph; wall time per beat including the host's synchronize.
 

@@ -2,7 +2,7 @@
 """One command for the GPU machine: build, check and time the persistent kernel of saved profiles.
 
     python3 scripts/gpu_check.py PROFILE_DIR... [--builtin 5 300 4096] [--beats 300] [--warmup 50]
-                                 [--check-beats 3] [--json results.json] [--bytecode] [--cohort-gemm]
+                                 [--check-beats 3] [--json results.json] [--bytecode]
 
 For each profile (a directory written by `wavec compile`, or the tests' built-in program at the given
 cohort sizes): build the cubin with nvcc (cached), run ``--check-beats`` beats with random frames and
@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _import_wavec() -> None:
-    """Makes `wavec.targets` importable from a checkout that was not pip-installed (setuptools'
-    package-dir maps top-level `targets/` to `wavec.targets`)."""
+    """Makes `wavec.targets` and `wavec.frontends` (the builder the benches' models and peers use)
+    importable from a checkout that was not pip-installed (setuptools' package-dir maps top-level `targets/`
+    to `wavec.targets`, `frontends/` to `wavec.frontends`)."""
     try:
         import wavec.targets.cuda  # noqa: F401
         return
@@ -46,7 +47,7 @@ def _import_wavec() -> None:
     sys.path.insert(0, str(ROOT))
     import wavec
 
-    for sub in ("targets",):
+    for sub in ("targets", "frontends"):
         name = f"wavec.{sub}"
         if name in sys.modules:
             continue
@@ -122,14 +123,12 @@ def generated_bits_equal(session, profile) -> bool:
     return True
 
 
-def kernel_for(profile, bytecode: bool, cohort_gemm: bool = False, constants: list[str] = ()) -> str:
-    """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies; with
-    ``cohort_gemm``, with the cohort GEMM body switched on (codegen.with_cohort_gemm); ``constants``:
-    ``NAME=VALUE`` settings of the kernel's constexpr switches (codegen.with_constant)."""
+def kernel_for(profile, bytecode: bool, constants: list[str] = ()) -> str:
+    """The profile's kernel source; with ``bytecode``, regenerated without generated EWISE bodies;
+    ``constants``: ``NAME=VALUE`` settings of the kernel's constexpr switches (codegen.with_constant)."""
     from wavec.targets.cuda import codegen, runtime
 
     source = codegen.generate_kernel({**profile.meta, "ewise_bodies": []}) if bytecode else runtime.kernel_source(profile)
-    source = codegen.with_cohort_gemm(source) if cohort_gemm else source
     for setting in constants:
         name, _, value = setting.partition("=")
         source = codegen.with_constant(source, name, value)
@@ -152,7 +151,7 @@ def check_profile(label: str, profile, args) -> dict:
     row = {"profile": label, "sessions": profile.sessions, "workers": int(profile.meta["workers"]),
            "tasks": int(len(profile.payloads))}
     t0 = time.perf_counter()
-    source = kernel_for(profile, args.bytecode, args.cohort_gemm, args.set)
+    source = kernel_for(profile, args.bytecode, args.set)
     row["tvm"] = generated_ewise(profile, source)
     cubin = build_cubin(source)
     row["build_s"] = round(time.perf_counter() - t0, 2)
@@ -228,7 +227,7 @@ def prebuild(jobs: list, args) -> dict:
         except Exception as e:  # noqa: BLE001 - check_profile's loop reports it
             profiles[label] = e
     try:
-        sources = [kernel_for(p, args.bytecode, args.cohort_gemm, args.set) for p in profiles.values()
+        sources = [kernel_for(p, args.bytecode, args.set) for p in profiles.values()
                    if not isinstance(p, Exception)]
     except ValueError as e:  # a --set name the kernel does not have
         sys.exit(f"gpu_check: --set: {e}")
@@ -243,15 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("profiles", nargs="*", help="profile directories")
     ap.add_argument("--builtin", type=int, nargs="*", default=[], metavar="SESSIONS",
                     help="also check the tests' built-in programs (tests/test_cuda.py: the four-opcode one, the "
-                         "matmul-prologue one and its cohort-GEMM size) at these cohort sizes")
+                         "matmul-prologue one, and its size without prologue for the tiled GEMM, W stored [k, n] and [n, k]) "
+                         "at these cohort sizes")
     ap.add_argument("--beats", type=int, default=300, help="timed beats (default 300)")
     ap.add_argument("--warmup", type=int, default=50, help="untimed beats first (default 50)")
     ap.add_argument("--check-beats", type=int, default=3,
                     help="beats compared with the interpreter (default 3; 0 skips the comparison)")
     ap.add_argument("--tol", type=float, default=1e-4, help="max |cuda - interp| that passes (default 1e-4)")
     ap.add_argument("--json", type=Path, help="write the rows here")
-    ap.add_argument("--cohort-gemm", action="store_true",
-                    help="switch each kernel's cohort GEMM body on (off by default; codegen.with_cohort_gemm)")
     ap.add_argument("--bytecode", action="store_true",
                     help="regenerate each kernel without its generated EWISE bodies (the bytecode interpreter runs them)")
     ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
@@ -267,12 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(str(p), lambda p=p: load(p)) for p in args.profiles]
     if args.builtin:
         sys.path.insert(0, str(ROOT / "tests"))
-        from test_cuda import COHORT_GEMM, build_prologue_profile, build_test_profile
+        from test_cuda import TILED, TILED_NK, build_prologue_profile, build_test_profile
 
         jobs += [(f"builtin:{n}", lambda n=n: build_test_profile(sessions=n)[0]) for n in args.builtin]
         jobs += [(f"builtin-prologue:{n}", lambda n=n: build_prologue_profile(sessions=n)[0]) for n in args.builtin]
-        jobs += [(f"builtin-cohort-gemm:{n}", lambda n=n: build_prologue_profile(sessions=n, dims=COHORT_GEMM)[0])
-                 for n in args.builtin]
+        jobs += [(f"builtin-{name}:{n}", lambda n=n, dims=dims: build_prologue_profile(sessions=n, dims=dims)[0])
+                 for n in args.builtin for name, dims in (("tiled", TILED), ("tiled-nk", TILED_NK))]
     if not jobs:
         ap.error("give profile directories or --builtin SESSIONS")
     profiles = prebuild(jobs, args)

@@ -24,7 +24,7 @@ import numpy as np
 
 from wavec.opcodes import OUT, Arena, ConvParams, Params, contiguous_strides
 from wavec.payload import MAX_WAITS, PAYLOAD_DTYPE, pack_arenas
-from wavec.profile import FORMAT, Profile
+from wavec.profile import FORMAT, Profile, param_extent
 
 ALIGN = 16
 
@@ -236,10 +236,12 @@ class ProfileBuilder:
             "bindings": {},
             **self.meta_extra,
         }
+        params = np.concatenate(words) if words else np.zeros(0, np.int64)
+        meta = {**param_extent(params, at), **meta}
         return Profile(
             meta=meta,
             payloads=payloads,
-            params=np.concatenate(words) if words else np.zeros(0, np.int64),
+            params=params,
             weights=np.frombuffer(bytes(self.weights), np.uint8).copy(),
         )
 

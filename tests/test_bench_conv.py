@@ -33,5 +33,5 @@ def test_a_conv_profile_matches_onnxruntime(shape, tmp_path):
 
 def test_a_bad_set_is_refused_before_any_work(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
-        _bench().main(["run", "--out", str(tmp_path), "--set", "kConvTiled"])
+        _bench().main(["run", "--out", str(tmp_path), "--set", "kTiledGemm"])
     assert stop.value.code == 2 and "write NAME=VALUE" in capsys.readouterr().err

@@ -502,7 +502,10 @@ def _damage(root: Path, kind: str) -> None:
         meta["l2_bytes"] = "abc"
     elif kind == "threads-bool":
         meta["block_threads"] = True
-    if kind in ("missing-key", "wrong-type", "shape-type", "workers", "rows", "l2-text", "threads-bool"):
+    elif kind == "window-negative":
+        meta["param_window"] = -1
+    if kind in ("missing-key", "wrong-type", "shape-type", "workers", "rows", "l2-text", "threads-bool",
+                "window-negative"):
         (root / "profile.json").write_text(json.dumps(meta))
 
 
@@ -523,6 +526,7 @@ def _damage(root: Path, kind: str) -> None:
     ("payloads-size", "not a whole number of 128-byte payloads"),
     ("l2-text", "l2_bytes is 'abc', expected a whole number >= 1"),
     ("threads-bool", "block_threads is True, expected a whole number >= 1"),
+    ("window-negative", "param_window is -1, expected a whole number >= 0"),
 ])
 def test_damaged_profiles_are_one_line(tiny_profile, capsys, kind, message):
     _damage(tiny_profile, kind)

@@ -16,7 +16,7 @@ from wavec.analysis.relax_memplan import phase_tensors
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_payload import ewise_body_table, params_table, payload_records, tasks_of
 from wavec.passes.wpk_schedule import phases_of
-from wavec.profile import FORMAT, Profile
+from wavec.profile import FORMAT, Profile, param_extent
 from wavec.weights import GeneratedWeight, stored_position, stored_size
 
 
@@ -147,7 +147,7 @@ def profile_from_module(
     workers = module.attributes["wpk.workers"].value.data
     arena_bytes = {k: v.value.data for k, v in module.attributes["wpk.arena_bytes"].data.items()}
     payloads, rows = ordered_payloads(module, workers)
-    params, _ = params_table(tasks_of(module))
+    params, where = params_table(tasks_of(module))
     by_role = lambda role: [b for b in buffers.values() if b.role.data == role]  # noqa: E731
     reset = by_role("reset")
     meta = {
@@ -158,6 +158,7 @@ def profile_from_module(
         "hw": hw,
         **({"block_threads": int(block_threads)} if block_threads else {}),
         **({"l2_bytes": int(l2_bytes)} if l2_bytes else {}),
+        **param_extent(params, where.values()),
         "n_counters": module.attributes["wpk.counters"].value.data,
         "arena_bytes": arena_bytes,
         "act_lower_bound": module.attributes["wpk.act_lower_bound"].value.data,

@@ -31,8 +31,10 @@ names in lower case: weights, state, act, input, output):
   value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin;
 - ``ewise_bodies``: [{expr, rank, n_inputs, phases}]: generated CUDA bodies of EWISE expressions (wpk-payload
   numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM);
-- optional: ``block_threads`` (threads per persistent block, the target's ``threads_per_block``) and
-  ``l2_bytes`` (the target's L2; the kernel prefetches weights into L2 when they outgrow it).
+- optional: ``block_threads`` (threads per persistent block, the target's ``threads_per_block``),
+  ``l2_bytes`` (the target's L2; the kernel prefetches weights into L2 when they outgrow it) and
+  ``param_words`` / ``param_window`` (params.bin's length and its longest parameter block, in int64 words;
+  `param_extent`: the kernel stages a task's block in shared memory when the longest fits).
 ``cohort_axis`` is where the model's own batched layout put the session axis (the runtime's per-session
 layout drops it).
 """
@@ -54,6 +56,15 @@ from wavec.weights import check_stored, from_spec, unpack_stored
 
 FORMAT = "wavec-profile/1"
 BACKENDS = ("interp", "cuda")
+
+
+def param_extent(params: np.ndarray, offsets) -> dict[str, int]:
+    """profile.json's ``param_words`` (the parameter table's length) and ``param_window`` (its longest
+    block a task reads, in int64 words), from the table and the word offsets its payloads point at: each
+    block runs to the next one's start (blocks are packed back to back) or the table's end."""
+    starts = sorted({int(o) for o in offsets})
+    ends = starts[1:] + [len(params)]
+    return {"param_words": len(params), "param_window": max((e - s for s, e in zip(starts, ends)), default=0)}
 
 
 @dataclass
@@ -333,9 +344,9 @@ def validate_meta(meta, where: str) -> None:
         for i, port in enumerate(meta["states"]):
             if not _is_int(port.get("init_offset")):
                 raise bad(f"states[{i}].init_offset is {port.get('init_offset')!r}, expected int")
-    for key in ("block_threads", "l2_bytes"):
-        if key in meta and not (_is_int(meta[key]) and meta[key] >= 1):
-            raise bad(f"{key} is {meta[key]!r}, expected a whole number >= 1")
+    for key, least in (("block_threads", 1), ("l2_bytes", 1), ("param_words", 0), ("param_window", 0)):
+        if key in meta and not (_is_int(meta[key]) and meta[key] >= least):
+            raise bad(f"{key} is {meta[key]!r}, expected a whole number >= {least}")
     reset = meta.get("reset")
     if reset is not None and not (isinstance(reset, dict) and _is_int(reset.get("offset")) and _is_int(reset.get("session_stride"))):
         raise bad(f"reset is {reset!r}, expected {{offset, session_stride}} or null")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from string import Template
 
-from wavec.opcodes import BINARY, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
+from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
 PROTOCOL = 6  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
@@ -155,9 +155,6 @@ def ewise_generated_source(meta: dict) -> str:
     return "\n".join(lines)
 
 
-COHORT_GEMM_SWITCH = "constexpr bool kCohortGemm = {};"
-
-
 def with_constant(source: str, name: str, value: str) -> str:
     """``source`` (a generated kernel) with its ``constexpr bool|int NAME`` set to ``value``: the A/B switch of
     a body variant (scripts/gpu_check.py --set). Raises ValueError when the kernel has no such constant."""
@@ -166,16 +163,6 @@ def with_constant(source: str, name: str, value: str) -> str:
     if n != 1:
         raise ValueError(f"the kernel has no constexpr bool or int named {name!r}")
     return out
-
-
-def with_cohort_gemm(source: str) -> str:
-    """``source`` (a generated kernel, generated bodies and all) with the cohort GEMM body switched on.
-
-    Off by default, from what the H200 measured (bench/RESULTS.md, 2026-11-30): on streams of matmuls
-    alone (bench/gemm.py) the body is 2.1x to 8.9x faster than the generic one, but carrying it slows whole
-    models' other phases (Silero at 64 sessions 381.9 -> 441.7 us, its conv phases; duplex:1b 40.0 ->
-    65.7 ms at 1 session, 16.7 -> 92.3 ms at 8) for a reason not yet found."""
-    return with_constant(source, "kCohortGemm", "true")
 
 
 def block_threads(profile_meta: dict) -> int:
@@ -195,6 +182,20 @@ def prefetch_weights(profile_meta: dict) -> bool:
     return l2 > 0 and int(profile_meta.get("arena_bytes", {}).get("weights", 0)) > l2
 
 
+MAX_PARAM_WINDOW = 512  # int64 words of a task's parameter block the kernel stages in shared memory (4 KB)
+
+
+def param_window(profile_meta: dict) -> int:
+    """Words of each task's parameter block the kernel copies into shared memory while the task waits
+    (kParamWindow): profile.json's ``param_window`` (its longest block) when at most MAX_PARAM_WINDOW, else 0
+    (the bodies read params.bin in global memory). Why: a task's wait ends with an acquire, which on sm_90
+    invalidates the SM's L1 (CCTL.IVALL), so each parameter word the body reads, and each word that word's
+    address depends on, is another L2 round trip; Silero's one-session beat is a chain of such tasks
+    (bench/RESULTS.md, seventh run)."""
+    window = int(profile_meta.get("param_window", 0))
+    return window if 0 < window <= MAX_PARAM_WINDOW and "param_words" in profile_meta else 0
+
+
 def generate_kernel(profile_meta: dict) -> str:
     """The CUDA C source of the persistent kernel for ``profile_meta`` (profile.json's content)."""
     meta = profile_meta
@@ -212,9 +213,9 @@ def generate_kernel(profile_meta: dict) -> str:
         "block_threads": block_threads(meta),
         "stack_depth": STACK_DEPTH,
         "max_inputs": MAX_INPUTS,
-        "gemm_cols": GEMM_COLS,
-        "cohort_gemm_switch": COHORT_GEMM_SWITCH.format("false"),
         "prefetch_weights": "true" if prefetch_weights(meta) else "false",
+        "param_window": param_window(meta),
+        "param_words": int(meta.get("param_words", 0)),
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -290,6 +291,8 @@ constexpr unsigned kBeatDoneCounter = $beat_done_counter;  // every worker adds 
 constexpr unsigned kEpochMirror = kProfileCounters + 0;  // block 0 copies host_flags[input epoch] here
 constexpr unsigned kStopMirror = kProfileCounters + 1;   // block 0 copies host_flags[stop] here
 constexpr unsigned kTotalCounters = kProfileCounters + $extra_counters;  // words the runtime allocates
+constexpr int kParamWindow = $param_window;  // words of a task's parameter block staged in shared memory (0: none)
+constexpr long long kParamWords = $param_words;  // params.bin's length in words ("param_words")
 constexpr int kTraceWords = 3;  // optional trace, per payload row: wait begins, body begins, body ends (ns)
 constexpr unsigned kMaxBackoffNs = 256;              // __nanosleep cap while spinning on device counters
 constexpr unsigned kHostPollMaxBackoffNs = 512;      // cap while block 0 polls host memory (PCIe)
@@ -508,26 +511,29 @@ struct Epilogue {
     for (int k = 0; k < kMaxInputs - 1; ++k)
       extra[k] = k < n_extra && first + k < kMaxInputs ? operand(t, arena_base, first + k) : OperandView{nullptr, 0};
   }
-  // The stored value of session s's flat output element e whose accumulated value is acc.
+  // The stored value of session s's flat output element e whose accumulated value is acc. A session's
+  // elements are counted in 32 bits (the payload's elem_begin / elem_end), so e's index along each dim is
+  // too: 64-bit division is a library call, once per dim and output.
   __device__ float apply(float acc, unsigned s, long long e, bool& error) const {
     if (n_code == 0) return acc;
-    float vals[kMaxInputs];
-    vals[0] = acc;
+    float vals[kMaxInputs] = {acc};
     if (n_extra > kMaxInputs - 1 || first + n_extra > kMaxInputs) {
       error = true;
       return __int_as_float(0x7fffffff);
     }
+    if (n_extra > 0) {
+      long long off[kMaxInputs - 1] = {};
+      unsigned rem = (unsigned)e;
+      for (int d = rank - 1; d >= 0; --d) {
+        const unsigned dim = (unsigned)shape[d], i = rem % dim;
+        rem /= dim;
 #pragma unroll
-    for (int k = 0; k < kMaxInputs - 1; ++k) {
-      vals[k + 1] = 0.0f;
-      if (k < n_extra) {
-        long long off = 0, rem = e;
-        for (int d = rank - 1; d >= 0; --d) {
-          off += (rem % shape[d]) * strides[k * rank + d];
-          rem /= shape[d];
-        }
-        vals[k + 1] = *extra[k].at(s, off);
+        for (int k = 0; k < kMaxInputs - 1; ++k)
+          if (k < n_extra) off[k] += (long long)i * strides[k * rank + d];
       }
+#pragma unroll
+      for (int k = 0; k < kMaxInputs - 1; ++k)
+        if (k < n_extra) vals[k + 1] = *extra[k].at(s, off[k]);
     }
     return run_code(code, n_code, vals, error);
   }
@@ -718,25 +724,6 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
   if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
-// The cohort GEMM: a MATMUL whose b is one weight shared by the whole cohort (session stride 0) and contiguous
-// along the output's last dim n. The tile's outputs then form an M x C block: M = (session, row) pairs, C a
-// column range common to all of them. A thread owns kGemmCols adjacent columns (one 16-byte weight load per
-// k) for ROWS rows of M (each weight value loaded once, used ROWS times from registers, instead of once per
-// output as in matmul_body) and a slice of k; the slices are summed through shared memory. a, after its
-// prologue, is staged in shared memory for the pass's rows. A pass covers `width` column groups x `blocks`
-// x ROWS rows; ROWS is 1, 2, 4 or 8 (the fewest that cover the rows left, so one session wastes nothing).
-// cohort_gemm_body returns false, with nothing written, when the task is not of that form (matmul_body runs it).
-$cohort_gemm_switch  // false: the generic body runs every MATMUL (codegen.with_cohort_gemm switches it on)
-constexpr int kGemmCols = $gemm_cols;      // adjacent columns per thread: one float4 of a weight row (GEMM_COLS)
-constexpr int kGemmMaxRows = 8;            // register accumulators per column
-constexpr int kGemmMinSlices = 8;          // k slices a pass keeps, for weight loads in flight
-constexpr int kGemmUnroll = 8;             // weight loads a thread issues before their FMAs
-constexpr int kGemmSmemFloats = 8192;  // a's staging and the slices' partial sums (32 KB)
-constexpr int kGemmRoundRows = kGemmSmemFloats / (kBlockThreads * kGemmCols);  // rows of partial sums at a time
-constexpr int kGemmPassRows = 8 * kGemmMaxRows;  // most rows a pass takes: a's staging keeps >= 128 values of k
-static_assert(kGemmCols == 4, "a thread's columns are one float4");
-static_assert(kGemmRoundRows >= 1, "the partial sums of one row fit in shared memory");
-
 // The offsets of flat output element e under a matmul's strides over the output's dims.
 __device__ __forceinline__ long long strided_offset(long long e, int rank, const long long* shape,
                                                     const long long* strides) {
@@ -748,188 +735,203 @@ __device__ __forceinline__ long long strided_offset(long long e, int rank, const
   return off;
 }
 
+// ---- The tiled GEMM (tensor cores) ------------------------------------------------------------------
+// A MATMUL or CONV task whose weight the cohort shares is, over its tile, one GEMM: rows m (a session, and
+// the row or time step inside it), columns n (output features or channels), k the reduction. Blocks of
+// kTgM x kTgN outputs step over k in chunks of kTgK staged in shared memory, k-contiguous for both operands;
+// each warp computes a 16 x 16 part with mma.sync m16n8k8 on TF32 operands, three products per step
+// ("3xTF32": x = big + small, both rounded to TF32, and a b ~ a_big b_big + a_big b_small + a_small b_big,
+// about fp32's accuracy: CUTLASS's 3xTF32 GEMM; Ootomo & Yokota, IJHPCA 2022). Each thread's loads of the
+// next chunk are issued before the current chunk's products, so their latency overlaps the tensor cores.
+// Off (kTiledGemm = false), the lane-group bodies run every MATMUL and CONV.
+constexpr bool kTiledGemm = true;
+constexpr int kTgM = 64, kTgK = 32;
+constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads and k-contiguous stores miss bank conflicts
+constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
+constexpr int kTgLoadsA = kTgM * kTgK / (int)kBlockThreads;  // A values a thread stages per chunk
+constexpr int kTgLoadsB = 4;                                 // B values a thread stages per chunk (kTgN * kTgK / threads)
+// Blocks of 128 to 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16.
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024;
+static_assert(!kTgFits || kTgN * kTgK == kTgLoadsB * (int)kBlockThreads, "B staging covers the chunk");
 
-// Where one row of a cohort GEMM pass reads: a at k = 0 (null past M) and each prologue extra.
-struct GemmRow {
-  const float* a;
-  const float* extra[kMaxPrologueExtras];
-};
+// Where thread `tid` stages its values of a chunk: A value i at (row, k) = (tid / kTgK + i * kTgWarps, tid % kTgK);
+// B value i at (column, k) = (tid / kTgK + i * kTgWarps, tid % kTgK) when the operand is read along k
+// (consecutive threads, consecutive k), else (tid % kTgN, tid / kTgN + i * (kTgK / kTgLoadsB)) (along n).
+__device__ __forceinline__ unsigned tg_a_row(int i) { return threadIdx.x / kTgK + i * kTgWarps; }
+__device__ __forceinline__ unsigned tg_k() { return threadIdx.x % kTgK; }
+template <bool kAlongK>
+__device__ __forceinline__ unsigned tg_b_col(int i) { return kAlongK ? threadIdx.x / kTgK + i * kTgWarps : threadIdx.x % kTgN; }
+template <bool kAlongK>
+__device__ __forceinline__ unsigned tg_b_k(int i) { return kAlongK ? threadIdx.x % kTgK : threadIdx.x / kTgN + i * (kTgK / kTgLoadsB); }
 
-// One cohort GEMM task, parsed once.
-struct GemmTile {
+// x as the sum of two TF32 values (their low 13 mantissa bits zero); a non-finite x keeps it all in `big`.
+__device__ __forceinline__ void tf32_split(float x, unsigned& big, unsigned& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+  const float rest = isfinite(x) ? x - __uint_as_float(big) : 0.0f;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+}
+
+// d += a b over one m16n8k8 step (PTX ISA, "Matrix Fragments for mma.m16n8k8" .tf32: a row-major, b
+// column-major, fp32 accumulators).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" :
+               "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) :
+               "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The staging buffers, one pair for every kind of tiled task: A[kTgM][kTgLd], then B[kTgN][kTgLd].
+__device__ __forceinline__ float* tg_smem() {
+  __shared__ __align__(16) float smem[kTgFits ? (kTgM + kTgN) * kTgLd : 1];
+  return smem;
+}
+
+// The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..).
+__device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const float (*Bs)[kTgLd], unsigned wm,
+                                            unsigned wn, float (&acc)[2][4]) {
+  const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+#pragma unroll
+  for (int k8 = 0; k8 < kTgK; k8 += 8) {
+    unsigned a_big[4], a_small[4];
+    tf32_split(As[wm + g][k8 + q], a_big[0], a_small[0]);
+    tf32_split(As[wm + g + 8][k8 + q], a_big[1], a_small[1]);
+    tf32_split(As[wm + g][k8 + q + 4], a_big[2], a_small[2]);
+    tf32_split(As[wm + g + 8][k8 + q + 4], a_big[3], a_small[3]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      unsigned b_big[2], b_small[2];
+      tf32_split(Bs[wn + nt * 8 + g][k8 + q], b_big[0], b_small[0]);
+      tf32_split(Bs[wn + nt * 8 + g][k8 + q + 4], b_big[1], b_small[1]);
+      mma_tf32(acc[nt], a_small, b_big);  // the small terms first: they are added before the large one rounds
+      mma_tf32(acc[nt], a_big, b_small);
+      mma_tf32(acc[nt], a_big, b_big);
+    }
+  }
+}
+
+// The GEMM of one task's tile: out(m, n) = sum_k A(m, k) B(k, n) for m < M, n < N, k < K, through `ops`:
+//   ops.start_rows(m0)                      this thread's A rows of the block at m0 (tg_a_row);
+//   ops.load(n0, k0, a[kTgLoadsA], b[kTgLoadsB])  this thread's values of the chunk at k0 (0 outside);
+//   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
+// Ops::kBAlongK says which way B is staged (tg_b_col / tg_b_k). Every thread of the block calls it.
+template <class Ops>
+__device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
+  float (*As)[kTgLd] = reinterpret_cast<float (*)[kTgLd]>(tg_smem());
+  float (*Bs)[kTgLd] = As + kTgM;
+  const unsigned warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  const unsigned wm = warp % kTgWarpsM * 16, wn = warp / kTgWarpsM * 16;
+  for (unsigned m0 = 0; m0 < M; m0 += kTgM) {
+    ops.start_rows(m0);
+    for (unsigned n0 = 0; n0 < N; n0 += kTgN) {
+      float acc[2][4] = {};
+      float a[kTgLoadsA], b[kTgLoadsB];
+      ops.load(n0, 0, a, b);
+      for (unsigned k0 = 0; k0 < K; k0 += kTgK) {
+        __syncthreads();  // the previous chunk's products are done with the staging
+#pragma unroll
+        for (int i = 0; i < kTgLoadsA; ++i) As[tg_a_row(i)][tg_k()] = a[i];
+#pragma unroll
+        for (int i = 0; i < kTgLoadsB; ++i) Bs[tg_b_col<Ops::kBAlongK>(i)][tg_b_k<Ops::kBAlongK>(i)] = b[i];
+        __syncthreads();
+        if (k0 + kTgK < K) ops.load(n0, k0 + kTgK, a, b);
+        tg_products(As, Bs, wm, wn, acc);
+      }
+      // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8.
+      const typename Ops::Row upper = ops.row(m0 + wm + g), lower = ops.row(m0 + wm + g + 8);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const unsigned n = n0 + wn + nt * 8 + 2 * q + c;
+          if (n >= N) continue;
+          ops.store(upper, n, acc[nt][c], error);
+          ops.store(lower, n, acc[nt][2 + c], error);
+        }
+    }
+  }
+  __syncthreads();  // the staging is free for the block's next task
+}
+
+// The tiled MATMUL: a MATMUL without prologue whose b is one matrix the cohort shares (session stride 0;
+// zero batch strides when the tile spans rows), over a tile that is part of one output row or whole rows.
+// Rows m = (session, row), columns the tile's; A(m, k) = a[row's offset + k * ak], B(k, n) = b[k * bk + n * bn].
+template <bool kAlongK>
+struct MatmulTileOps {
+  static constexpr bool kBAlongK = kAlongK;
+  struct Row {
+    unsigned s;
+    long long e, off;  // the row's first flat output element of the tile, and its offset in out
+    bool valid;
+  };
   int rank;
   const long long *shape, *out_strides, *a_strides;
-  long long K, N, ak, bk, row0, rows, col0, M;
-  unsigned session_begin;
+  long long N, ak, bk, bn, row0, rows, col0;
+  unsigned session_begin, M, K, n_cols;
   OperandView a, out;
-  const float* pb;  // b at (k = 0, column col0)
-  Prologue pro;
-  Epilogue ep;
-  float* smem;
-  GemmRow* row_table;  // shared: the pass's rows
-  bool vector_rows;    // every row of a starts 16-byte aligned (a's session stride and row strides allow it)
+  const float* pb;  // b at (k = 0, the tile's first column)
+  const Epilogue& ep;
+  const float* arow[kTgLoadsA];  // this thread's A rows at k = 0 (null past M)
 
-  __device__ GemmTile(const Payload& t, const long long* p, char* const* arena_base, const Prologue& pro_,
-                      const long long* b_strides, long long row0_, long long rows_, long long col0_, float* smem_,
-                      GemmRow* row_table_)
-      : rank((int)p[1]), shape(p + 2), out_strides(p + 3 + rank), a_strides(out_strides + rank),
-        K(shape[rank]), N(shape[rank - 1]), ak(a_strides[rank]), bk(b_strides[rank]), row0(row0_), rows(rows_),
-        col0(col0_), M((long long)(t.session_end - t.session_begin) * rows_), session_begin(t.session_begin),
-        a(operand(t, arena_base, 0)), out(operand(t, arena_base, kOutSlot)),
-        pb(operand(t, arena_base, 1).at(0, strided_offset(row0_ * shape[rank - 1], rank, shape, b_strides) + col0_)),
-        pro(pro_), ep(t, arena_base, pro_.end, 2 + pro_.n_extra), smem(smem_), row_table(row_table_) {
-    bool aligned = reinterpret_cast<uintptr_t>(a.base) % 16 == 0 && a.sstride % 16 == 0;
-    for (int d = 0; d < rank - 1; ++d) aligned = aligned && a_strides[d] % 4 == 0;
-    vector_rows = aligned;
+  __device__ __forceinline__ Row row(unsigned m) const {
+    if (m >= M) return Row{0, 0, 0, false};
+    const long long r = row0 + m % rows;
+    return Row{session_begin + (unsigned)(m / rows), r * N + col0,
+               strided_offset(r * N, rank, shape, out_strides) + col0 * out_strides[rank - 1], true};
   }
-
-  __device__ __forceinline__ unsigned session(long long m) const { return session_begin + (unsigned)(m / rows); }
-  __device__ __forceinline__ long long row_elem(long long m) const { return (row0 + m % rows) * N; }
-
-  // Points rows[r] at a's row m0 + r (k = 0) and its prologue extras, for r < n_rows (null past M).
-  __device__ void locate_rows(long long m0, int n_rows, GemmRow* rows_out) const {
-    for (int r = threadIdx.x; r < n_rows; r += blockDim.x) {
-      GemmRow& row = rows_out[r];
-      const long long m = m0 + r;
-      row.a = nullptr;
-      if (m >= M) continue;
-      const long long e = row_elem(m);
-      const unsigned s = session(m);
-      row.a = a.at(s, strided_offset(e, rank, shape, a_strides));
+  __device__ __forceinline__ void start_rows(unsigned m0) {
 #pragma unroll
-      for (int j = 0; j < kMaxPrologueExtras; ++j)
-        row.extra[j] = j < pro.n_extra ? pro.extra[j].at(s, strided_offset(e, rank, shape, pro.strides + j * (rank + 1)))
-                                       : nullptr;
+    for (int i = 0; i < kTgLoadsA; ++i) {
+      const unsigned m = m0 + tg_a_row(i);
+      arow[i] = m < M ? a.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, a_strides))
+                      : nullptr;
     }
   }
-
-  // Stages a[row r, k0 .. k0 + kn) for r < n_rows into smem[r * kn + kk], through the prologue (0 past M).
-  // All threads load, several values in flight each: 16 bytes at a time when a is contiguous in k.
-  __device__ void stage_a(const GemmRow* rows_in, int n_rows, long long k0, int kn, bool& error) const {
-    const int total = n_rows * kn;
-    if (pro.n_code == 0 && ak == 1 && kn % 4 == 0 && k0 % 4 == 0 && vector_rows) {
-      const int kn4 = kn / 4;
-      float4* dst = reinterpret_cast<float4*>(smem);
-      for (int i = threadIdx.x; i < total / 4; i += blockDim.x) {
-        const float* src = rows_in[i / kn4].a;
-        dst[i] = src ? __ldg(reinterpret_cast<const float4*>(src + k0) + i % kn4) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      return;
-    }
-#pragma unroll 4
-    for (int i = threadIdx.x; i < total; i += blockDim.x) {
-      const GemmRow& row = rows_in[i / kn];
-      const long long k = k0 + i % kn;
-      float v = 0.0f;
-      if (row.a) {
-        v = row.a[k * ak];
-        if (pro.n_code != 0) {
-          float vals[kMaxInputs] = {};
-          vals[0] = v;
+  __device__ __forceinline__ void load(unsigned n0, unsigned k0, float (&va)[kTgLoadsA], float (&vb)[kTgLoadsB]) const {
+    const unsigned k = k0 + tg_k();
 #pragma unroll
-          for (int j = 0; j < kMaxPrologueExtras; ++j)
-            if (j < pro.n_extra) vals[j + 1] = row.extra[j][k * pro.strides[j * (rank + 1) + rank]];
-          v = run_code(pro.code, pro.n_code, vals, error);
-        }
-      }
-      smem[i] = v;
+    for (int i = 0; i < kTgLoadsA; ++i) va[i] = arow[i] && k < K ? arow[i][k * ak] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTgLoadsB; ++i) {
+      const unsigned n = n0 + tg_b_col<kAlongK>(i), kb = k0 + tg_b_k<kAlongK>(i);
+      vb[i] = n < n_cols && kb < K ? pb[kb * bk + n * bn] : 0.0f;
     }
   }
-
-  // Rows m0 .. m0 + blocks * ROWS of column groups g0 .. g0 + width.
-  template <int ROWS>
-  __device__ void pass(unsigned g0, unsigned width, long long m0, unsigned blocks, bool& error) const {
-    const unsigned gl = threadIdx.x % width, block = (threadIdx.x / width) % blocks;
-    const unsigned slice = threadIdx.x / (width * blocks), slices = blockDim.x / (width * blocks);
-    const int pass_rows = (int)(blocks * ROWS);
-    const long long chunk = kGemmSmemFloats / pass_rows;
-    const float4* wcol = reinterpret_cast<const float4*>(pb + (long long)(g0 + gl) * kGemmCols);
-    const long long wstep = bk / kGemmCols;
-    float acc[ROWS][kGemmCols] = {};
-    __syncthreads();  // smem and the row table are free (the previous pass or task is done with them)
-    locate_rows(m0, pass_rows, row_table);
-    for (long long k0 = 0; k0 < K; k0 += chunk) {
-      const int kn = (int)min(chunk, K - k0);
-      __syncthreads();  // the row table is written; smem is free (the previous chunk is done with it)
-      stage_a(row_table, pass_rows, k0, kn, error);
-      __syncthreads();
-      if (slice >= slices) continue;
-      const float* arow = smem + block * ROWS * kn;
-      const float4* w = wcol + k0 * wstep;
-      int kk = slice;
-      for (; kk + (kGemmUnroll - 1) * (int)slices < kn; kk += kGemmUnroll * slices) {
-        float4 wv[kGemmUnroll];
-#pragma unroll
-        for (int u = 0; u < kGemmUnroll; ++u) wv[u] = __ldg(w + (kk + u * (long long)slices) * wstep);
-#pragma unroll
-        for (int u = 0; u < kGemmUnroll; ++u) fma_rows<ROWS>(acc, wv[u], arow + kk + u * slices, kn);
-      }
-      for (; kk < kn; kk += slices) fma_rows<ROWS>(acc, __ldg(w + kk * wstep), arow + kk, kn);
-    }
-    // The slices' partial sums meet in smem, kRoundRows rows of the pass at a time. Each output's slices
-    // are summed by `lanes` threads (shuffles), so few outputs of many slices do not leave one thread
-    // walking them all.
-    constexpr int kRoundRows = ROWS < kGemmRoundRows ? ROWS : kGemmRoundRows;
-    const unsigned outputs = width * blocks * kRoundRows * kGemmCols;
-    unsigned lanes = 1;
-    while (lanes < 32 && lanes < slices && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
-    const unsigned lane = threadIdx.x % lanes;
-#pragma unroll
-    for (int r0 = 0; r0 < ROWS; r0 += kRoundRows) {
-      __syncthreads();  // smem is free
-      if (slice < slices) {
-#pragma unroll
-        for (int r = 0; r < kRoundRows; ++r)
-#pragma unroll
-          for (int c = 0; c < kGemmCols; ++c)
-            smem[(((slice * blocks + block) * kRoundRows + r) * width + gl) * kGemmCols + c] = acc[r0 + r][c];
-      }
-      __syncthreads();
-      for (unsigned o0 = 0; o0 < outputs; o0 += blockDim.x / lanes) {
-        const unsigned o = o0 + threadIdx.x / lanes;
-        const unsigned c = o % kGemmCols, g = (o / kGemmCols) % width, br = o / (kGemmCols * width);  // block, row
-        const long long m = m0 + (br / kRoundRows) * ROWS + r0 + br % kRoundRows;
-        float sum = 0.0f;
-        if (o < outputs)
-          for (unsigned sl = lane; sl < slices; sl += lanes)
-            sum += smem[((sl * blocks * kRoundRows + br) * width + g) * kGemmCols + c];
-        for (unsigned off = lanes / 2; off > 0; off /= 2) sum += __shfl_down_sync(0xffffffffu, sum, off, lanes);
-        if (o >= outputs || m >= M || lane != 0) continue;
-        const unsigned s = session(m);
-        const long long e = row_elem(m) + col0 + (long long)(g0 + g) * kGemmCols + c;
-        *out.at(s, strided_offset(e, rank, shape, out_strides)) = ep.apply(sum, s, e, error);
-      }
-    }
-  }
-
-  template <int ROWS>
-  __device__ __forceinline__ static void fma_rows(float (&acc)[ROWS][kGemmCols], float4 w, const float* a, long long kn) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const float av = a[r * kn];
-      acc[r][0] = fmaf(av, w.x, acc[r][0]);
-      acc[r][1] = fmaf(av, w.y, acc[r][1]);
-      acc[r][2] = fmaf(av, w.z, acc[r][2]);
-      acc[r][3] = fmaf(av, w.w, acc[r][3]);
-    }
+  __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
+    if (r.valid) *out.at(r.s, r.off + n * out_strides[rank - 1]) = ep.apply(sum, r.s, r.e + n, error);
   }
 };
 
-__device__ bool cohort_gemm_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
-                                 unsigned* out_epoch, unsigned beat) {
+template <bool kAlongK>
+__device__ void matmul_tile(const Payload& t, const long long* p, char* const* arena_base, const Epilogue& ep,
+                            long long row0, long long rows, long long col0, long long col1, bool& error) {
+  const int rank = (int)p[1];
+  const long long* shape = p + 2;
+  const long long* out_strides = shape + rank + 1;
+  const long long* a_strides = out_strides + rank;
+  const long long* b_strides = a_strides + rank + 1;
+  const long long N = shape[rank - 1];
+  MatmulTileOps<kAlongK> ops{rank, shape, out_strides, a_strides, N, a_strides[rank], b_strides[rank],
+                             b_strides[rank - 1], row0, rows, col0, t.session_begin,
+                             (unsigned)((t.session_end - t.session_begin) * rows), (unsigned)shape[rank],
+                             (unsigned)(col1 - col0), operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
+                             operand(t, arena_base, 1).at(0, strided_offset(row0 * N, rank, shape, b_strides) +
+                                                             col0 * b_strides[rank - 1]),
+                             ep, {}};
+  tiled_gemm(ops, ops.M, ops.n_cols, ops.K, error);
+}
+
+// Runs the task as a tiled MATMUL and returns true, or returns false with nothing done when the task is not
+// of that form or fills less than a quarter of a block.
+__device__ __noinline__ bool matmul_tiled_body(const Payload& t, const long long* __restrict__ p,
+                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
   const long long* a_strides = shape + 2 * rank + 1;
   const long long* b_strides = a_strides + rank + 1;
-  const long long N = shape[rank - 1];
-  if (t.session_stride[1] != 0 || b_strides[rank - 1] != 1 || a_strides[rank - 1] != 0 || N % kGemmCols ||
-      b_strides[rank] % kGemmCols)
-    return false;
+  const long long N = shape[rank - 1], K = shape[rank];
+  if (t.session_stride[1] != 0 || K >= (1LL << 31)) return false;
   const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
-  if (!pro.valid()) return false;
-  for (int j = 0; j < pro.n_extra; ++j)
-    if (pro.strides[j * (rank + 1) + rank - 1] != 0) return false;
-  // The tile's columns: a part of one row, or whole rows that all read the same weight matrix.
+  if (!pro.valid() || pro.n_extra != 0 || pro.n_code != 0) return false;
+  // The tile's columns: a part of one row, or whole rows that all read the same matrix.
   const long long row0 = t.elem_begin / N, rows = (t.elem_end - 1) / N - row0 + 1;
   long long col0 = t.elem_begin % N, col1 = (t.elem_end - 1) % N + 1;
   if (rows > 1) {
@@ -939,34 +941,12 @@ __device__ bool cohort_gemm_body(const Payload& t, const long long* __restrict__
     col0 = 0;
     col1 = N;
   }
-  if (col0 % kGemmCols || col1 % kGemmCols) return false;
-  __shared__ __align__(16) float smem[kGemmSmemFloats];
-  __shared__ GemmRow row_table[kGemmPassRows];
-  const GemmTile tile(t, p, arena_base, pro, b_strides, row0, rows, col0, smem, row_table);
-  if (reinterpret_cast<uintptr_t>(tile.pb) % 16) return false;
-
+  const long long M = (long long)(t.session_end - t.session_begin) * rows;
+  if (M < kTgM || M >= (1LL << 31) || col1 - col0 < kTgN / 4) return false;  // lane groups fill a block better
+  const Epilogue ep(t, arena_base, pro.end, 2);
   bool error = false;
-  const unsigned groups = (unsigned)((col1 - col0) / kGemmCols);
-  for (unsigned g0 = 0; g0 < groups; g0 += blockDim.x) {
-    const unsigned width = min(groups - g0, blockDim.x);
-    for (long long m0 = 0; m0 < tile.M;) {
-      const long long left = tile.M - m0;
-      if (left < kGemmMaxRows) {
-        const int rows_left = (int)left;
-        if (rows_left == 1) tile.pass<1>(g0, width, m0, 1, error);
-        else if (rows_left == 2) tile.pass<2>(g0, width, m0, 1, error);
-        else if (rows_left <= 4) tile.pass<4>(g0, width, m0, 1, error);
-        else tile.pass<8>(g0, width, m0, 1, error);
-        break;
-      }
-      unsigned blocks = 1;  // row blocks side by side, keeping kGemmMinSlices k slices
-      while (2 * blocks * kGemmMaxRows <= min(left, (long long)kGemmPassRows) && 2 * blocks * width * kGemmMinSlices <= blockDim.x)
-        blocks *= 2;
-      tile.pass<kGemmMaxRows>(g0, width, m0, blocks, error);
-      m0 += blocks * kGemmMaxRows;
-    }
-  }
-  __syncthreads();  // smem is free for the block's next task
+  if (b_strides[rank] == 1) matmul_tile<true>(t, p, arena_base, ep, row0, rows, col0, col1, error);
+  else matmul_tile<false>(t, p, arena_base, ep, row0, rows, col0, col1, error);
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
   return true;
 }
@@ -1004,103 +984,84 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 constexpr int kConvSessions = 4;
 constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D convs)
 
-// The tiled CONV (on unless kConvTiled is false): a 1-D, ungrouped, single-image CONV whose weights
-// the cohort shares, over a tile of whole channels, as a GEMM: rows m = (session, t), columns j = the tile's
-// channels, k = (input channel, tap); A[m, k] is gathered from x (0 outside the padded input), B[k, j] is the
-// weight. Blocks of kCtM x kCtN outputs step over k in chunks of kCtK staged in shared memory; a thread keeps
-// kCtRM x kCtRN accumulators (its rows contiguous, read as one float4). Returns false, with
-// nothing written, when the task is not of that form or too small to fill a block (conv_body runs it).
-constexpr bool kConvTiled = true;
-constexpr int kCtM = 64, kCtN = 64, kCtK = 16;
-constexpr int kCtThreadsM = 16, kCtThreadsN = (int)kBlockThreads / kCtThreadsM;
-constexpr int kCtRM = kCtM / kCtThreadsM, kCtRN = kCtN / kCtThreadsN > 0 ? kCtN / kCtThreadsN : 1;
-static_assert(kCtRM == 4, "a thread reads its rows as one float4");
-// The block's threads tile the kCtM x kCtN outputs exactly (blocks of 32, 64, ..., 1,024 threads).
-constexpr bool kCtFits = kCtThreadsN * kCtRN == kCtN;
+// The tiled CONV: a 1-D, ungrouped, single-image CONV whose weights the cohort shares, over a tile of whole
+// channels, as a GEMM (tiled_gemm): rows m = (session, t), columns the tile's channels, k = (input channel,
+// tap); A(m, k) is gathered from x (0 outside the padded input), B(k, n) is the weight w[channel, k].
+struct ConvTileOps {
+  static constexpr bool kBAlongK = true;  // a channel's weights are contiguous in k
+  struct Row {
+    unsigned s, t;
+    bool valid;
+  };
+  unsigned session_begin, M, T, L, KW, K, u0, channels;
+  int stride, pad, dil;
+  bool has_bias;
+  OperandView x, out, bias;
+  const float* w;  // the tile's first channel's weights
+  const Epilogue& ep;
+  const float* xrow[kTgLoadsA];  // this thread's A rows: their session's x (null past M)
+  int pos0[kTgLoadsA];           // and where their time step's window starts (t * stride - pad)
 
+  __device__ __forceinline__ Row row(unsigned m) const { return Row{session_begin + m / T, m % T, m < M}; }
+  __device__ __forceinline__ void start_rows(unsigned m0) {
+#pragma unroll
+    for (int i = 0; i < kTgLoadsA; ++i) {
+      const unsigned m = m0 + tg_a_row(i);
+      xrow[i] = m < M ? x.at(session_begin + m / T, 0) : nullptr;
+      pos0[i] = (int)(m % T) * stride - pad;
+    }
+  }
+  __device__ __forceinline__ void load(unsigned n0, unsigned k0, float (&va)[kTgLoadsA], float (&vb)[kTgLoadsB]) const {
+    const unsigned k = k0 + tg_k(), c = k / KW;
+    const int tap = (int)(k % KW) * dil;
+#pragma unroll
+    for (int i = 0; i < kTgLoadsA; ++i) {
+      const int pos = pos0[i] + tap;
+      va[i] = xrow[i] && k < K && pos >= 0 && pos < (int)L ? xrow[i][c * L + pos] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kTgLoadsB; ++i) {
+      const unsigned n = n0 + tg_b_col<true>(i);
+      vb[i] = n < channels && k < K ? w[(size_t)n * K + k] : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
+    if (!r.valid) return;
+    const unsigned o = u0 + n;
+    if (has_bias) sum += *bias.at(r.s, o);
+    const long long e = (long long)o * T + r.t;
+    *out.at(r.s, e) = ep.apply(sum, r.s, e, error);
+  }
+};
+
+// Runs the task as a tiled CONV and returns true, or returns false with nothing done when the task is not of
+// that form or fills less than a quarter of a block (conv_body's lane groups do better).
 __device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
-                                                unsigned* out_epoch, unsigned beat) {
+                                             unsigned* out_epoch, unsigned beat) {
   const int nsp = (int)p[1];
   const long long batch = p[2], group = p[5], has_bias = p[6];
   if (nsp != 1 || batch != 1 || group != 1 || t.session_stride[1] != 0) return false;
   // Every index of the tile fits 32 bits (a session's elements do; the payload's fields are 32-bit).
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
-  const int stride = (int)p[10], pad = (int)p[11], dil = (int)p[12];
-  const unsigned M = (t.session_end - t.session_begin) * T;
   if (t.elem_begin % T || t.elem_end % T) return false;
-  const unsigned u0 = t.elem_begin / T, U = (t.elem_end - t.elem_begin) / T;
-  if (M < kCtM || U < kCtN / 4) return false;  // a block would be mostly empty: conv_body's lane groups do better
-  const unsigned K = c_in * KW;
-  const OperandView out = operand(t, arena_base, kOutSlot);
-  const OperandView x = operand(t, arena_base, 0);
-  const OperandView w = operand(t, arena_base, 1);
-  const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
+  const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T;
+  if (M < kTgM || U < kTgN / 4) return false;
+  const unsigned u0 = t.elem_begin / T, K = c_in * KW;
   const Epilogue ep(t, arena_base, p + 13, has_bias ? 3 : 2);
-  bool ep_error = false;
-  __shared__ __align__(16) float As[kCtK][kCtM];
-  __shared__ float Bs[kCtN][kCtK + 1];  // channel-major, padded: staging and reads both miss bank conflicts
-  const unsigned tid = threadIdx.x, ty = tid / kCtThreadsN, tx = tid % kCtThreadsN;
-  const float* wbase = w.at(0, 0) + (size_t)u0 * K;
-  for (unsigned m0 = 0; m0 < M; m0 += kCtM) {
-    for (unsigned j0 = 0; j0 < U; j0 += kCtN) {
-      float acc[kCtRM][kCtRN] = {};
-      for (unsigned k0 = 0; k0 < K; k0 += kCtK) {
-        // Stage A: element (kk, mm) of the chunk, mm fastest.
-        for (unsigned i = tid; i < kCtM * kCtK; i += kBlockThreads) {
-          const unsigned kk = i / kCtM, m = m0 + i % kCtM, k = k0 + kk;
-          float v = 0.0f;
-          if (m < M && k < K) {
-            const int pos = (int)(m % T) * stride + (int)(k % KW) * dil - pad;
-            if (pos >= 0 && pos < (int)L) v = *x.at(t.session_begin + m / T, (long long)(k / KW) * L + pos);
-          }
-          As[kk][i % kCtM] = v;
-        }
-        // Stage B: element (jj, kk) of the chunk, kk fastest (a channel's weights are contiguous in k).
-        for (unsigned i = tid; i < kCtN * kCtK; i += kBlockThreads) {
-          const unsigned jj = i / kCtK, kk = i % kCtK, j = j0 + jj, k = k0 + kk;
-          Bs[jj][kk] = (j < U && k < K) ? wbase[(size_t)j * K + k] : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll 4
-        for (int kk = 0; kk < kCtK; ++kk) {
-          const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * kCtRM]);
-          float b[kCtRN];
-#pragma unroll
-          for (int q = 0; q < kCtRN; ++q) b[q] = Bs[tx * kCtRN + q][kk];
-          const float av[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-          for (int r = 0; r < kCtRM; ++r)
-#pragma unroll
-            for (int q = 0; q < kCtRN; ++q) acc[r][q] = fmaf(av[r], b[q], acc[r][q]);
-        }
-        __syncthreads();  // the chunk's staging is free for the next one
-      }
-#pragma unroll
-      for (int r = 0; r < kCtRM; ++r) {
-        const unsigned m = m0 + ty * kCtRM + r;
-        if (m >= M) continue;
-        const unsigned s = t.session_begin + m / T, tt = m % T;
-#pragma unroll
-        for (int q = 0; q < kCtRN; ++q) {
-          const unsigned j = j0 + tx * kCtRN + q;
-          if (j >= U) continue;
-          const unsigned o = u0 + j;
-          float sum = acc[r][q];
-          if (has_bias) sum += *bias.at(s, o);
-          const long long e = (long long)o * T + tt;
-          *out.at(s, e) = ep.apply(sum, s, e, ep_error);
-        }
-      }
-    }
-  }
-  if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+  ConvTileOps ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0,
+                  operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
+                  has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
+                  operand(t, arena_base, 1).at(0, 0) + (size_t)u0 * K, ep, {}, {}};
+  bool error = false;
+  tiled_gemm(ops, M, U, K, error);
+  if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
   return true;
 }
 
 // Not inlined: the kernel's register budget (128 at 512 threads) then holds per body, not summed.
 __device__ __noinline__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                                        unsigned* out_epoch, unsigned beat) {
-  if (kConvTiled && kCtFits && conv_tiled_body(t, p, arena_base, out_epoch, beat)) return;
+  if (kTiledGemm && kTgFits && conv_tiled_body(t, p, arena_base, out_epoch, beat)) return;
   const int nsp = (int)p[1];
   const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
   const long long* in_sp = p + 7;
@@ -1348,18 +1309,18 @@ __device__ __forceinline__ void prefetch_task_weights(const Payload& t, const lo
   }
 }
 
-__device__ void run_task(const Payload& t, const long long* __restrict__ params, char* const* arena_base,
+// `p`: the task's parameter block (in shared memory when staged).
+__device__ void run_task(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                          unsigned* out_epoch, unsigned beat) {
   if (t.elem_begin >= t.elem_end || t.session_begin >= t.session_end) return;
   if (t.session_end > kSessions) {
     if (threadIdx.x == 0) record_error(out_epoch, kErrSessions, t.task, 0, t.session_end, kSessions, beat);
     return;
   }
-  const long long* p = params + t.params;
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
     case kOpMatmul:
-      if (!(kCohortGemm && cohort_gemm_body(t, p, arena_base, out_epoch, beat))) matmul_body(t, p, arena_base, out_epoch, beat);
+      if (!(kTiledGemm && kTgFits && matmul_tiled_body(t, p, arena_base, out_epoch, beat))) matmul_body(t, p, arena_base, out_epoch, beat);
       break;
     case kOpConv:
       if (p[1] > kMaxConvSpatial) {
@@ -1389,6 +1350,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
                  unsigned long long input_half_bytes, unsigned long long output_half_bytes,
                  unsigned long long* __restrict__ trace) {
   __shared__ Payload task;
+  __shared__ long long task_params[kParamWindow > 0 ? kParamWindow : 1];  // the task's parameter block
   __shared__ char* arena_base[kOperands];
   __shared__ int control;     // WaitResult of thread 0's last wait, for the whole block
   const int2 range = worker_tasks[blockIdx.x];
@@ -1442,6 +1404,13 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       if (threadIdx.x < sizeof(Payload) / 4)
         reinterpret_cast<unsigned*>(&task)[threadIdx.x] = __ldg(reinterpret_cast<const unsigned*>(payloads + i) + threadIdx.x);
       __syncthreads();
+      // Staged before the wait: the acquire that ends it empties L1, never shared memory (param_window).
+      const long long* p = params + task.params;
+      if (kParamWindow > 0) {
+        for (long long w = threadIdx.x; w < kParamWindow && task.params + w < kParamWords; w += blockDim.x)
+          task_params[w] = __ldg(p + w);
+        p = task_params;
+      }
       if (kPrefetchWeights) prefetch_task_weights(task, params + task.params, arena_base);
       if (threadIdx.x == 0) {
         if (trace) trace[kTraceWords * i + 0] = global_timer_ns();
@@ -1457,7 +1426,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       const unsigned signal = task.signal;  // read before the next iteration overwrites `task`
       const unsigned signal_phase = task.signal_phase;
       if (trace && threadIdx.x == 0) trace[kTraceWords * i + 1] = global_timer_ns();
-      run_task(task, params, arena_base, out_epoch, beat);
+      run_task(task, p, arena_base, out_epoch, beat);
       __syncthreads();
       if (trace && threadIdx.x == 0) trace[kTraceWords * i + 2] = global_timer_ns();
       if (threadIdx.x == 0 && signal != kBeatDoneCounter) {
