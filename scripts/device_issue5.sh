@@ -8,9 +8,13 @@
 # Usage: scripts/device_issue5.sh PART... [-- OUTDIR]   (OUTDIR default: $OUT, the device tool's folder)
 #   check    Silero against onnxruntime, with its phase timeline (silero.json); the zoo against the interpreter
 #            (zoo.json)
+#   builtin  the tests' built-in programs (tests/test_cuda.py; the tiled GEMM's at 300 sessions) against the
+#            interpreter (builtin.json)
 #   big      Silero at 4,096 and 16,384 sessions against onnxruntime (big.json)
-#   timeline `wavec run --backend cuda --timeline` on Silero at 64 sessions (timeline.json)
-#   ab=NAME=VALUE   Silero with a kernel switch set (gpu_check --set), against the interpreter (ab.json)
+#   timeline `wavec run --backend cuda --timeline` on Silero at 1, 64 (30 beats) and 16,384 sessions (6 beats;
+#            timeline-N.json)
+#   ab=NAME=VALUE   Silero at 1, 64 and 1,024 sessions with a kernel switch set (gpu_check --set), against
+#            the interpreter (ab.json)
 #   peers    Silero against PyTorch eager one at a time (up to 64 sessions), batched and CUDA graph, 1 to
 #            16,384 sessions, 1,020 timed beats each (peers.json)
 #   density  the largest cohort each system holds at a 32 ms beat (density.json, density.png)
@@ -27,11 +31,11 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|big|timeline|ab=NAME=VALUE|peers|density|conv|bodies|duplex ... [-- OUTDIR]"
+usage="usage: $0 check|builtin|big|timeline|ab=NAME=VALUE|peers|density|conv|bodies|duplex ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | big | timeline | peers | density | conv | bodies | duplex | ab=?*=?*) ;;
+  check | builtin | big | timeline | peers | density | conv | bodies | duplex | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -45,20 +49,26 @@ for part in "${parts[@]}"; do
       --check-beats 20 --beats 300 --warmup 30 --json "$out/silero.json"
     timeout 60 python3 scripts/gpu_check.py .device/zoo-* --beats 100 --warmup 10 --json "$out/zoo.json"
     ;;
+  builtin)
+    timeout 120 python3 scripts/gpu_check.py --builtin 5 300 --check-beats 3 --beats 50 --warmup 5 \
+      --json "$out/builtin.json"
+    ;;
   big)
     timeout 90 python3 scripts/silero_gpu.py .device/vad-4096 .device/vad-16384 --check-beats 5 --beats 100 \
       --warmup 10 --json "$out/big.json"
     ;;
   timeline)
-    python3 -c "$prelude
+    for n in 1 64 16384; do
+      python3 -c "$prelude
 import numpy as np; from wavec.audio import cohort_schedule
-frames, reset = cohort_schedule(64, 30, seed=3); np.savez('/tmp/inputs-64.npz', input=frames, reset=reset)"
-    timeout 40 python3 -c "$prelude
-from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-64 --backend cuda \
-      --inputs /tmp/inputs-64.npz -o /tmp/vad-64.npz --timeline "$out/timeline.json"
+frames, reset = cohort_schedule($n, 30 if $n <= 1024 else 6, seed=3); np.savez('/tmp/inputs-$n.npz', input=frames, reset=reset)"
+      timeout 40 python3 -c "$prelude
+from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-$n --backend cuda \
+        --inputs /tmp/inputs-$n.npz -o /tmp/vad-$n.npz --timeline "$out/timeline-$n.json"
+    done
     ;;
   ab=*)
-    timeout 70 python3 scripts/gpu_check.py .device/vad-1 .device/vad-64 .device/vad-1024 .device/vad-16384 \
+    timeout 70 python3 scripts/gpu_check.py .device/vad-1 .device/vad-64 .device/vad-1024 \
       --set "${part#ab=}" --check-beats 2 --beats 200 --warmup 20 --json "$out/ab.json"
     ;;
   peers)
