@@ -19,6 +19,8 @@
 #            16,384 sessions, 1,020 timed beats each (peers.json)
 #   density  the largest cohort each system holds at a 32 ms beat (density.json, density.png)
 #   conv     Silero's convolutions alone against cuDNN and the floor (conv.json; bench/conv.py)
+#   gemm     chained 2048 x 2048 linears: the tiled GEMM against the lane-group body, cuBLAS eager and CUDA graph
+#            (gemm.json; bench/gemm.py; `python3 bench/gemm.py compile --out .device/gemm` here first)
 #   bodies   norms, softmax, LSTM/GRU cells and ring-cache attention alone against PyTorch (bodies.json;
 #            bench/bodies.py; `python3 bench/bodies.py compile --out .device/bodies` here first)
 #   duplex   duplex:1b's density at an 80 ms beat against its batched PyTorch peers (bench/builder_peers.py) on
@@ -31,11 +33,11 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|builtin|big|timeline|ab=NAME=VALUE|peers|density|conv|bodies|duplex ... [-- OUTDIR]"
+usage="usage: $0 check|builtin|big|timeline|ab=NAME=VALUE|peers|density|conv|gemm|bodies|duplex ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | builtin | big | timeline | peers | density | conv | bodies | duplex | ab=?*=?*) ;;
+  check | builtin | big | timeline | peers | density | conv | gemm | bodies | duplex | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -77,6 +79,9 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-$n --b
     ;;
   conv)
     timeout 240 python3 bench/conv.py run --out .device/conv --beats 200 --warmup 20 --json "$out/conv.json"
+    ;;
+  gemm)
+    timeout 200 python3 bench/gemm.py run --out .device/gemm --beats 200 --warmup 20 --json "$out/gemm.json"
     ;;
   bodies)
     timeout 300 python3 bench/bodies.py run --out .device/bodies --beats 200 --warmup 20 --json "$out/bodies.json"

@@ -268,8 +268,10 @@ def ptxas_compile(tmp_path, src: str) -> str:
 # parameters in shared memory (kParamWindow) and computes an epilogue's extra offsets in 32 bits, spills up to
 # 1,388 bytes of loads in the persistent function (Silero's kernel; 544 with the 64-bit offsets) and 12 at
 # 256 threads; at one Silero session it measured 86.4 us a beat against the sixth run's 98.9 (staging alone:
-# 7.5% to 10.5% faster at 1 to 1,024 sessions). More would mean a body grew.
-MAX_SPILL_BYTES = {256: 12, 512: 1400}
+# 7.5% to 10.5% faster at 1 to 1,024 sessions). Summing each k chunk's tensor-core products apart (fp32
+# accuracy) raised matmul_tiled_body's to 1,768 bytes; its k loops reload one spilled word (nvdisasm). More
+# would mean a body grew.
+MAX_SPILL_BYTES = {256: 12, 512: 1800}
 
 
 @needs_nvcc
@@ -448,8 +450,12 @@ def test_cuda_prologue_matches_interp_and_reference(sessions, dims, tiled):
     cubin = build.build_cubin(source if tiled else codegen.with_constant(source, "kTiledGemm", "false"))
     got = runtime.run_beats(profile, frames, reset, cubin=cubin)
     want = interp_run(profile, frames, reset)
-    assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= 1e-4
-    assert max_err(got, prologue_reference(weights, frames, dims)) <= 1e-4
+    # fp32 sums over K = 1100 of unit-variance terms: the H200 measured 1.4e-6 on the tiled GEMM, and 1.9e-5
+    # when its tensor cores accumulated every chunk (their truncation, codegen's tiled_gemm); 1e-4 with the
+    # prologue's rsqrt.
+    tol = 1e-4 if dims["prologue"] else 5e-6
+    assert max_err(got, {k: v.astype(np.float64) for k, v in want.items()}) <= tol
+    assert max_err(got, prologue_reference(weights, frames, dims)) <= tol
 
 
 @pytest.mark.gpu

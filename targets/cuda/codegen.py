@@ -833,7 +833,17 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
         for (int i = 0; i < kTgLoadsB; ++i) Bs[tg_b_col<Ops::kBAlongK>(i)][tg_b_k<Ops::kBAlongK>(i)] = b[i];
         __syncthreads();
         if (k0 + kTgK < K) ops.load(n0, k0 + kTgK, a, b);
-        tg_products(As, Bs, wm, wn, acc);
+        // A chunk's products are summed by the tensor cores from zero, and the partial sum added to acc in fp32
+        // (round to nearest): their accumulator truncates (Fasi et al., PeerJ CS 7:e330, 2021), a bias that
+        // grows with each step it keeps (DeepSeek-V3 report, arXiv 2412.19437, 3.3.2: "promotion" to CUDA
+        // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
+        // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
+        float part[2][4] = {};
+        tg_products(As, Bs, wm, wn, part);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[nt][c] += part[nt][c];
       }
       // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8.
       const typename Ops::Row upper = ops.row(m0 + wm + g), lower = ops.row(m0 + wm + g + 8);
