@@ -45,17 +45,28 @@ def staged(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[
     return buf
 
 
+# Where tg_products reads each fragment register from the staging, as (row, k) offsets from (g, q) for A
+# (a_big[0..3]) and k offsets from q for B (b_big[0..1], the row being column g of the n8 tile) ...
+CODE_A_READS = [(0, 0), (8, 0), (0, 4), (8, 4)]
+CODE_B_READS = [0, 4]
+# ... and where the PTX ISA puts each register in the m16n8k8 .tf32 tile ("Matrix Fragments for mma.m16n8k8"):
+# a_i at (row, col) = (g, q) + PTX_A[i] of A (16 x 8), b_i at (row = k, col = n) = (q + PTX_B[i], g) of B.
+PTX_A = [(0, 0), (8, 0), (0, 4), (8, 4)]
+PTX_B = [0, 4]
+
+
 def warp_products(As: np.ndarray, Bs: np.ndarray, wm: int, wn: int, acc: np.ndarray) -> None:
     """tg_products for one warp: acc[lane, nt, fragment] += the m16n8k8 products of its fragments."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     for k8 in range(0, TG_K, 8):
-        a = np.zeros((16, 8))  # the A tile the fragments assemble (row-major), as the PTX layout places them
-        a[g, q], a[g + 8, q] = As[wm + g, k8 + q], As[wm + g + 8, k8 + q]
-        a[g, q + 4], a[g + 8, q + 4] = As[wm + g, k8 + q + 4], As[wm + g + 8, k8 + q + 4]
+        a = np.zeros((16, 8))  # the A tile the registers assemble, placed as the PTX layout places them
+        for (dr, dk), (pr, pc) in zip(CODE_A_READS, PTX_A):
+            a[g + pr, q + pc] = As[wm + g + dr, k8 + q + dk]
         for nt in range(2):
             b = np.zeros((8, 8))  # B (k x n)
-            b[q, g], b[q + 4, g] = Bs[wn + nt * 8 + g, k8 + q], Bs[wn + nt * 8 + g, k8 + q + 4]
+            for dk, pk in zip(CODE_B_READS, PTX_B):
+                b[q + pk, g] = Bs[wn + nt * 8 + g, k8 + q + dk]
             d = a @ b
             acc[:, nt, 0] += d[g, 2 * q]
             acc[:, nt, 1] += d[g, 2 * q + 1]
@@ -147,9 +158,19 @@ class MatmulOps:
         self.out[self.s0 + m // self.rows, self.row0 + m % self.rows, self.col0 + n] = acc
 
 
-@pytest.mark.parametrize("threads", [128, 512, 1024])
-def test_the_staging_covers_each_chunk_once(threads):
+def tg_fits(threads: int) -> bool:
+    """kTgFits: the block sizes the tiled GEMM runs at."""
+    return threads % 128 == 0 and threads <= 1024 and (TG_M * TG_K) % threads == 0
+
+
+@pytest.mark.parametrize("threads", range(32, 1025, 32))
+def test_the_staging_covers_each_chunk_once_at_every_block_size_it_runs_at(threads):
+    """Every size kTgFits admits stages each chunk exactly once; the others (384 threads, say, whose A
+    staging would skip rows 60-63) take the lane-group bodies."""
     geo = Geometry(threads)
+    if not tg_fits(threads):
+        assert threads % 128 or geo.loads_a * threads != TG_M * TG_K
+        return
     staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape), np.zeros(geo.a_row.shape), (TG_M, TG_K))
     for along_k in (True, False):
         col, k = geo.b_pos(along_k)

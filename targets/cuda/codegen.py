@@ -750,8 +750,10 @@ constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads a
 constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
 constexpr int kTgLoadsA = kTgM * kTgK / (int)kBlockThreads;  // A values a thread stages per chunk
 constexpr int kTgLoadsB = 4;                                 // B values a thread stages per chunk (kTgN * kTgK / threads)
-// Blocks of 128 to 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16.
-constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024;
+// Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and stage whole
+// chunks (384 threads, say, would leave rows of A unstaged).
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && (kTgM * kTgK) % kBlockThreads == 0;
+static_assert(!kTgFits || kTgLoadsA * (int)kBlockThreads == kTgM * kTgK, "A staging covers the chunk");
 static_assert(!kTgFits || kTgN * kTgK == kTgLoadsB * (int)kBlockThreads, "B staging covers the chunk");
 
 // Where thread `tid` stages its values of a chunk: A value i at (row, k) = (tid / kTgK + i * kTgWarps, tid % kTgK);
@@ -765,6 +767,9 @@ template <bool kAlongK>
 __device__ __forceinline__ unsigned tg_b_k(int i) { return kAlongK ? threadIdx.x % kTgK : threadIdx.x / kTgN + i * (kTgK / kTgLoadsB); }
 
 // x as the sum of two TF32 values (their low 13 mantissa bits zero); a non-finite x keeps it all in `big`.
+// Unlike fp32 products, an infinite operand, or a finite one that rounds past the largest float (|x| within
+// 2^-11 of it), gives NaN: a zero `small` meets an infinite `big` in a cross term. Guarding that spilled the
+// k loop's registers (ptxas), for values no model here reaches.
 __device__ __forceinline__ void tf32_split(float x, unsigned& big, unsigned& small) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
   const float rest = isfinite(x) ? x - __uint_as_float(big) : 0.0f;
@@ -938,7 +943,7 @@ __device__ __noinline__ bool matmul_tiled_body(const Payload& t, const long long
   const long long* a_strides = shape + 2 * rank + 1;
   const long long* b_strides = a_strides + rank + 1;
   const long long N = shape[rank - 1], K = shape[rank];
-  if (t.session_stride[1] != 0 || K >= (1LL << 31)) return false;
+  if (t.session_stride[1] != 0 || a_strides[rank - 1] != 0 || K >= (1LL << 31)) return false;
   const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
   if (!pro.valid() || pro.n_extra != 0 || pro.n_code != 0) return false;
   // The tile's columns: a part of one row, or whole rows that all read the same matrix.
@@ -1051,11 +1056,14 @@ __device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* 
   const int nsp = (int)p[1];
   const long long batch = p[2], group = p[5], has_bias = p[6];
   if (nsp != 1 || batch != 1 || group != 1 || t.session_stride[1] != 0) return false;
-  // Every index of the tile fits 32 bits (a session's elements do; the payload's fields are 32-bit).
+  // Every index of the tile fits 32 bits: a session's output elements do (the payload's fields are 32-bit),
+  // its rows and input elements are checked.
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
   if (t.elem_begin % T || t.elem_end % T) return false;
-  const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T;
-  if (M < kTgM || U < kTgN / 4) return false;
+  const long long rows = (long long)(t.session_end - t.session_begin) * T;
+  if (rows < kTgM || rows >= (1LL << 31) || (long long)c_in * L >= (1LL << 31)) return false;
+  const unsigned M = (unsigned)rows, U = (t.elem_end - t.elem_begin) / T;
+  if (U < kTgN / 4) return false;
   const unsigned u0 = t.elem_begin / T, K = c_in * KW;
   const Epilogue ep(t, arena_base, p + 13, has_bias ? 3 : 2);
   ConvTileOps ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0,
