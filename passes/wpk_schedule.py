@@ -39,7 +39,7 @@ At phase granularity the phases run one after another, so each phase's tasks sim
 the worker free earliest (LPT), with no priorities over a wait graph.
 
 Module attributes: ``wpk.workers``, ``wpk.counters``, and the modeled schedule: ``wpk.beat_us``
-(makespan), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
+(makespan), ``wpk.task_us`` and ``wpk.handoff_us`` (the costs charged), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
 ``wpk.waits`` (wait slots used) and ``wpk.phase_waits`` (waits on a whole phase of more than one group).
 """
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -488,6 +488,9 @@ class WpkSchedule(ModulePass):
         op.attributes["wpk.workers"] = IntegerAttr(self.workers, i64)
         op.attributes["wpk.counters"] = IntegerAttr(next_counter, i64)
         op.attributes["wpk.beat_us"] = FloatAttr(round(beat, 3), f64)
+        # The costs it charged, for the modeled timeline to replay the same model (wavec.analysis.timeline).
+        op.attributes["wpk.task_us"] = DictionaryAttr({k: FloatAttr(v, f64) for k, v in sorted(overhead.items())})
+        op.attributes["wpk.handoff_us"] = FloatAttr(handoff, f64)
         op.attributes["wpk.critical_path_us"] = FloatAttr(round(critical, 3), f64)
         op.attributes["wpk.worker_load_us"] = ArrayAttr(
             [FloatAttr(round(float(v), 3), f64) for v in (busy.min(), busy.mean(), busy.max())]

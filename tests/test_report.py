@@ -75,3 +75,17 @@ def test_measured_task_costs_keep_short_tasks_off_a_busy_worker():
     decoder = [p["name"] for p in measured.meta["phases"] if p["op"] == "wave.conv"][-1]
     assert worker_of(measured, "state_write_state").isdisjoint(worker_of(measured, decoder))
     assert worker_of(flat, "state_write_state") == worker_of(flat, decoder)
+
+
+@pytest.mark.parametrize("hw, pipeline_option", [("h100", ""), ("h200", "task-overhead-us=0.3 handoff-us=2.0 ")],
+                         ids=["h100", "options"])
+def test_the_modeled_timeline_replays_the_costs_the_schedule_charged(hw, pipeline_option):
+    """The timeline charges what wpk-schedule charged (profile.json's schedule.task_us and handoff_us): the
+    target's measured costs for any --hw (h100 measured none: the 0.3 us default), and the pass's options
+    when given; the default pipeline hands wpk-schedule the target."""
+    kw = dict(sessions=1, bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")], hw=hw)
+    pipeline = default_pipeline(1, 132, hw).replace("wpk-schedule{", "wpk-schedule{" + pipeline_option)
+    profile = wavec.compile(silero_vad_path(), pipeline=pipeline, **kw)
+    schedule = profile.meta["schedule"]
+    assert f"hw={hw}" in pipeline and schedule["task_us"]["conv"] == 0.3  # h200 measured 6.5
+    assert model_timeline(profile, load_hw(hw)).beat_us == pytest.approx(schedule["beat_us"], abs=1e-3)

@@ -23,11 +23,13 @@ from wavec.progress import current as current_progress
 from wavec.registry import check_pass_options, get_all_passes, make_context
 
 
-def default_pipeline(sessions: int, workers: int) -> str:
-    """The spec of wavec/pipelines/default.yaml for this cohort and target."""
+def default_pipeline(sessions: int, workers: int, hw: str = "h200") -> str:
+    """The spec of wavec/pipelines/default.yaml for this cohort and target (``hw``: a target name or YAML
+    path, whose rates and task costs wpk-schedule models)."""
     from wavec.pipeline import default_pipeline_text, spec_from_yaml
 
-    return spec_from_yaml(default_pipeline_text(), {"sessions": sessions, "workers": workers}, "default pipeline")
+    return spec_from_yaml(default_pipeline_text(), {"sessions": sessions, "workers": workers, "hw": hw},
+                          "default pipeline")
 
 
 # The passes a pipeline needs for a runnable profile, in order (wave-fuse and wpk-verify are the
@@ -185,9 +187,9 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
     target = load_hw(hw)
     workers = workers or int(target["sm_count"])
     if pipeline is None:
-        spec = default_pipeline(sessions, workers)
+        spec = default_pipeline(sessions, workers, hw)
     else:
-        spec = pipeline_spec(pipeline, {"sessions": sessions, "workers": workers})
+        spec = pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw})
         check_pipeline_sessions(spec, sessions)
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)

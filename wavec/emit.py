@@ -58,13 +58,16 @@ def _states(buffers: dict[str, wpk.BufferOp]) -> list[dict]:
 
 def schedule_summary(module: ModuleOp) -> dict:
     """wpk-schedule's modeled facts (module attributes) for profile.json's ``schedule``: beat time and
-    critical path (us), per-worker load [min, mean, max] (us), wait slots used and full-phase waits; the
+    critical path (us), the task costs per opcode and the handoff it charged (us), per-worker load [min, mean, max] (us), wait slots used and full-phase waits; the
     granularities wpk-schedule and wpk-arena ran at, and wpk-verify's outcome."""
     attrs = module.attributes
     out: dict = {}
-    for key, name in (("wpk.beat_us", "beat_us"), ("wpk.critical_path_us", "critical_path_us")):
+    for key, name in (("wpk.beat_us", "beat_us"), ("wpk.critical_path_us", "critical_path_us"),
+                      ("wpk.handoff_us", "handoff_us")):
         if key in attrs:
             out[name] = float(attrs[key].value.data)
+    if "wpk.task_us" in attrs:
+        out["task_us"] = {k: float(v.value.data) for k, v in attrs["wpk.task_us"].data.items()}
     if "wpk.worker_load_us" in attrs:
         out["worker_load_us"] = [float(a.value.data) for a in attrs["wpk.worker_load_us"].data]
     for key, name in (("wpk.waits", "waits"), ("wpk.phase_waits", "phase_waits")):

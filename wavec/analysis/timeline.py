@@ -3,7 +3,8 @@
 It replays the schedule the payloads encode (each worker's task order, each task's counter waits) with
 the cost model wpk-schedule uses: a task costs ``overhead_us + max(FLOPs / per-SM peak, bytes / per-SM
 bandwidth)`` (wavec/analysis/cost.py counts; the per-SM rates are the target's peak over its SM count; the
-overhead the target's for the task's opcode, wavec.hw.task_overhead_us)
+overhead the task's opcode's; costs and handoff as wpk-schedule recorded them in profile.json's
+``schedule``, else the target's, wavec.hw.task_overhead_us)
 and a wait on tasks of another worker adds the cross-SM handoff (ARCHITECTURE.md's measured 1.1 us).
 `gantt_png` draws it, workers by time, colored by phase (matplotlib).
 """
@@ -59,8 +60,9 @@ def model_timeline(profile: Profile, hw: dict) -> Timeline:
     sms = int(hw["sm_count"])
     flop_rate = float(hw["peak_flops_per_s"]["fp32"]) / sms
     byte_rate = float(hw["hbm_bandwidth_bytes_per_s"]) / sms
-    handoff = float((hw.get("measured") or {}).get("flag_handoff_us", 1.1))
-    overhead = task_overhead_us(hw)
+    charged = profile.meta.get("schedule") or {}  # what wpk-schedule charged, else the target's defaults
+    handoff = float(charged.get("handoff_us", (hw.get("measured") or {}).get("flag_handoff_us", 1.1)))
+    overhead = {**task_overhead_us(hw), **charged.get("task_us", {})}
     touched: dict = {}
     cost = np.array([task_cost_us(r, unpack_params(profile.params, int(r["params"])), flop_rate, byte_rate,
                                   overhead[Opcode(int(r["opcode"])).name.lower()], touched) for r in records])
