@@ -504,8 +504,10 @@ def _damage(root: Path, kind: str) -> None:
         meta["block_threads"] = True
     elif kind == "window-negative":
         meta["param_window"] = -1
+    elif kind == "window-short":
+        meta["param_window"] = 1
     if kind in ("missing-key", "wrong-type", "shape-type", "workers", "rows", "l2-text", "threads-bool",
-                "window-negative"):
+                "window-negative", "window-short"):
         (root / "profile.json").write_text(json.dumps(meta))
 
 
@@ -527,6 +529,7 @@ def _damage(root: Path, kind: str) -> None:
     ("l2-text", "l2_bytes is 'abc', expected a whole number >= 1"),
     ("threads-bool", "block_threads is True, expected a whole number >= 1"),
     ("window-negative", "param_window is -1, expected a whole number >= 0"),
+    ("window-short", "param_window is 1, but params.bin and payloads.bin need"),
 ])
 def test_damaged_profiles_are_one_line(tiny_profile, capsys, kind, message):
     _damage(tiny_profile, kind)

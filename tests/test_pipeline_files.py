@@ -97,3 +97,14 @@ def test_wavec_opt_reads_the_default_pipeline_file(tmp_path):
 
 def test_spec_strings_pass_through():
     assert pipeline_spec("wave-fuse,wave-cohort{sessions=2}") == "wave-fuse,wave-cohort{sessions=2}"
+
+
+def test_a_custom_pipeline_schedules_for_the_compile_target():
+    """--hw fills in wpk-schedule's target where a --pipeline names none, and a different one is refused."""
+    from wavec.driver import check_pipeline_sessions, with_schedule_target
+    from wavec.errors import WavecError
+
+    assert with_schedule_target("wpk-arena,wpk-schedule,wpk-payload", "h100") == "wpk-arena,wpk-schedule{hw=h100},wpk-payload"
+    assert with_schedule_target("wpk-schedule{workers=2}", "my gpu.yaml") == 'wpk-schedule{hw="my gpu.yaml" workers=2}'
+    with pytest.raises(WavecError, match=r"wpk-schedule\{hw=h200\} disagrees with --hw h100"):
+        check_pipeline_sessions(with_schedule_target("wpk-schedule{hw=h200}", "h100"), 1, "h100")

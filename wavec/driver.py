@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import sys
 
 from xdsl.passes import PassPipeline
@@ -112,14 +113,30 @@ def _apply_with_progress(pipeline: PassPipeline, ctx, module) -> None:
             callback(p, module, pipeline.passes[i + 1] if i + 1 < len(pipeline.passes) else None)
 
 
-def check_pipeline_sessions(spec: str, sessions: int) -> None:
-    """A pipeline's wave-cohort{sessions=K} must agree with --sessions."""
+def check_pipeline_sessions(spec: str, sessions: int, hw: str = "h200") -> None:
+    """A pipeline's wave-cohort{sessions=K} must agree with --sessions, and its wpk-schedule{hw=...} with
+    --hw: profile.json records one target."""
     for p in parse_pipeline(spec).passes:
         k = getattr(p, "sessions", None)
         if p.name == "wave-cohort" and k is not None and int(k) != sessions:
             raise WavecError(
                 f"--pipeline: wave-cohort{{sessions={k}}} disagrees with --sessions {sessions}; make them the same"
             )
+        if p.name == "wpk-schedule" and p.hw != hw:
+            raise WavecError(f"--pipeline: wpk-schedule{{hw={p.hw}}} disagrees with --hw {hw}; make them the same "
+                             f"(or leave hw out: --hw fills it in)")
+
+
+def with_schedule_target(spec: str, hw: str) -> str:
+    """``spec`` with ``hw`` as wpk-schedule's target where the pipeline names none: the schedule then models
+    the target the profile is compiled for."""
+    from wavec.pipeline import option_text
+
+    if re.search(r"wpk-schedule\{[^}]*\bhw=", spec):
+        return spec
+    value = option_text(hw)
+    spec = re.sub(r"wpk-schedule\{", f"wpk-schedule{{hw={value} ", spec)
+    return re.sub(r"wpk-schedule(?=,|$)", f"wpk-schedule{{hw={value}}}", spec)
 
 
 def check_complete(module, spec: str) -> None:
@@ -189,8 +206,8 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
     if pipeline is None:
         spec = default_pipeline(sessions, workers, hw)
     else:
-        spec = pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw})
-        check_pipeline_sessions(spec, sessions)
+        spec = with_schedule_target(pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw}), hw)
+        check_pipeline_sessions(spec, sessions, hw)
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)
         check_complete(graph.module, spec)

@@ -38,6 +38,11 @@ def _option_value(value, variables: dict, where: str) -> str:
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
+    return option_text(value)
+
+
+def option_text(value) -> str:
+    """A pass option's value as a spec writes it: quoted unless it is a plain word or number."""
     if isinstance(value, str) and not re.fullmatch(r"[\w.+-]+", value):
         return '"' + value.replace('"', '\\"') + '"'
     return str(value)

@@ -395,6 +395,21 @@ def _check_consistency(meta: dict, n_payloads: int, n_params: int, root: Path) -
         raise bad("params.bin", "is empty but the tasks point into it")
 
 
+def _check_param_extent(meta: dict, offsets: np.ndarray, n_params: int, root: Path) -> None:
+    """The kernel stages ``param_window`` words of each task's parameter block: fewer than its longest block
+    would hand a body stale shared memory, so a profile.json that says less than params.bin holds is refused."""
+    if "param_window" not in meta and "param_words" not in meta:
+        return
+    need = param_extent(np.zeros(n_params), offsets)
+    for key in ("param_words", "param_window"):
+        if key not in meta:
+            raise ProfileError(f"{root / 'profile.json'}: missing key {key!r} (it has the other); the profile is "
+                               "damaged, recompile it with `wavec compile ... -o DIR`")
+        if meta[key] < need[key]:
+            raise ProfileError(f"{root / 'profile.json'}: {key} is {meta[key]!r}, but params.bin and payloads.bin "
+                               f"need {need[key]}; the profile is damaged, recompile it with `wavec compile ... -o DIR`")
+
+
 def load(directory: str | os.PathLike) -> Profile:
     """Reads a profile directory. Raises ProfileError naming the missing or malformed file; the structure
     (keys, types, file sizes, worker rows covering the payload table) is checked up front."""
@@ -427,6 +442,7 @@ def load(directory: str | os.PathLike) -> Profile:
     if len(params_raw) % 8:
         raise ProfileError(f"{root / 'params.bin'}: {len(params_raw)} bytes is not a whole number of int64 parameters")
     _check_consistency(meta, len(raw) // PAYLOAD_BYTES, len(params_raw) // 8, root)
+    _check_param_extent(meta, np.frombuffer(raw, PAYLOAD_DTYPE)["params"], len(params_raw) // 8, root)
     try:
         check_stored(weights, meta["arena_bytes"]["weights"], meta.get("generated_weights", []))
     except ValueError as e:

@@ -260,9 +260,14 @@ def format_report(report: dict, top: int | None = None) -> str:
         sc = report["schedule"]
         load = sc.get("worker_load_us") or [0.0, 0.0, 0.0]
         lines.append(
-            f"modeled beat: {sc.get('beat_us', 0.0):.2f} us (critical path {sc.get('critical_path_us', 0.0):.2f} us; "
-            f"worker load min/mean/max {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} us)"
+            f"modeled beat: {sc.get('beat_us', 0.0):.2f} us (critical path {sc.get('critical_path_us', 0.0):.2f} us "
+            f"without handoffs; worker load min/mean/max {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} us)"
         )
+        if "task_us" in sc:
+            costs = ", ".join(f"{op} {us:g}" for op, us in sc["task_us"].items())
+            lines.append(f"modeled costs: a task {costs} us, plus its FLOPs and bytes at the target's rates; a "
+                         f"handoff {sc.get('handoff_us', 0.0):g} us (wpk-schedule; the target's measured.task_us, "
+                         f"0.3 us where it has none)")
         if "granularity" in sc:
             why = lambda key: f" ({sc[key]})" if sc.get(key) else ""  # noqa: E731
             lines.append(f"dependencies at {sc['granularity']} granularity{why('granularity_why')}, activations "
