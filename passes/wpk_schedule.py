@@ -40,7 +40,8 @@ the worker free earliest (LPT), with no priorities over a wait graph.
 
 Module attributes: ``wpk.workers``, ``wpk.counters``, and the modeled schedule: ``wpk.beat_us``
 (makespan), ``wpk.task_us`` and ``wpk.handoff_us`` (the costs charged), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
-``wpk.waits`` (wait slots used) and ``wpk.phase_waits`` (waits on a whole phase of more than one group).
+``wpk.waits`` (wait slots used) and ``wpk.phase_waits`` (grid-wide waits: on every task of a phase that spans
+more than one session range).
 """
 
 from __future__ import annotations
@@ -463,6 +464,11 @@ class WpkSchedule(ModulePass):
                 info.index = next_counter
                 next_counter += 1
         n_waits = phase_waits = 0
+        # A wait on every task of a phase whose tasks span more than one session range is grid-wide, whether
+        # its counter is a phase counter (tile) or the phase's only group (phase granularity): the report's
+        # grid_waits counts the same (wavec.report.wait_counts).
+        spans_ranges = [len({tasks[i].sessions for i in members}) > 1 for members in phases]
+        grid_wide = [len(info.tasks) == len(phases[info.phase]) and spans_ranges[info.phase] for info in counters]
         pairs, signal, signal_phase = [], [], []
         wait_pair = [(info.index, len(info.tasks)) for info in counters]
         for t in tasks:
@@ -471,7 +477,7 @@ class WpkSchedule(ModulePass):
             signal.append(counters[t.group].index)
             pairs.append([wait_pair[c] for c in t.waits])
             n_waits += len(t.waits)
-            phase_waits += sum(1 for c in t.waits if counters[c].whole_phase)
+            phase_waits += sum(1 for c in t.waits if grid_wide[c])
         start = 0
         for table in (table for ph in phase_ops for table in ph.tasks):
             rows = slice(start, start + table.count)

@@ -89,3 +89,18 @@ def test_the_modeled_timeline_replays_the_costs_the_schedule_charged(hw, pipelin
     schedule = profile.meta["schedule"]
     assert f"hw={hw}" in pipeline and schedule["task_us"]["conv"] == 0.3  # h200 measured 6.5
     assert model_timeline(profile, load_hw(hw)).beat_us == pytest.approx(schedule["beat_us"], abs=1e-3)
+
+
+@pytest.mark.parametrize("granularity", ["tile", "phase"])
+def test_the_schedule_and_the_report_count_the_same_grid_wide_waits(granularity):
+    """profile.json's schedule.phase_waits (wpk-schedule) and the report's grid_waits (counted from the
+    payloads alone) agree: at phase granularity every wait is on a whole phase (a trial found 0 against 488)."""
+    from wavec.report import wait_counts
+
+    pipeline = default_pipeline(4, 132).replace("wpk-schedule{", f"wpk-schedule{{granularity={granularity} ")
+    profile = wavec.compile(silero_vad_path(), sessions=4, bindings={"sr": 16000}, frames={"input": 576},
+                            states=[("state", "stateN")], pipeline=pipeline)
+    counts = wait_counts(profile)
+    assert profile.meta["schedule"]["phase_waits"] == counts["grid_waits"]
+    if granularity == "phase":
+        assert counts["grid_waits"] > 0

@@ -113,10 +113,14 @@ def _apply_with_progress(pipeline: PassPipeline, ctx, module) -> None:
             callback(p, module, pipeline.passes[i + 1] if i + 1 < len(pipeline.passes) else None)
 
 
-def check_pipeline_sessions(spec: str, sessions: int, hw: str = "h200") -> None:
-    """A pipeline's wave-cohort{sessions=K} must agree with --sessions, and its wpk-schedule{hw=...} with
-    --hw: profile.json records one target."""
+def check_pipeline_agrees(spec: str, sessions: int, hw: str = "h200", sm_count: int | None = None) -> None:
+    """A pipeline's wave-cohort{sessions=K} must agree with --sessions, its wpk-schedule{hw=...} with --hw
+    (profile.json records one target), and its wpk-schedule{workers=W} fit the target's ``sm_count`` (the
+    persistent kernel's cooperative launch needs every block resident, one per SM)."""
     for p in parse_pipeline(spec).passes:
+        if p.name == "wpk-schedule" and sm_count is not None and p.workers > sm_count:
+            raise WavecError(f"--pipeline: wpk-schedule{{workers={p.workers}}} is more workers than --hw {hw}'s "
+                             f"{sm_count} SMs; the persistent kernel runs one block per SM, so give at most {sm_count}")
         k = getattr(p, "sessions", None)
         if p.name == "wave-cohort" and k is not None and int(k) != sessions:
             raise WavecError(
@@ -207,7 +211,7 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
         spec = default_pipeline(sessions, workers, hw)
     else:
         spec = with_schedule_target(pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw}), hw)
-        check_pipeline_sessions(spec, sessions, hw)
+        check_pipeline_agrees(spec, sessions, hw, int(target["sm_count"]))
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)
         check_complete(graph.module, spec)
