@@ -5,6 +5,9 @@
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-* .device/zoo-* .device/serve-*
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-{1,64,1024,16384} --set SWITCH
 #   python3 bench/conv.py compile --out .device/conv       (for the conv part)
+# The device tool carries at most 64 MiB a call: pack what the parts need (profiles and prebuilt cubins,
+# about 1.9 MB each, half that gzipped) as `tar czf .carry/NAME.tgz .device/...` (/.carry/ is ignored), carry
+# `.carry`, and run `tar xzf .carry/NAME.tgz && bash scripts/device_issue5.sh PARTS -- $OUT` there.
 # Usage: scripts/device_issue5.sh PART... [-- OUTDIR]   (OUTDIR default: $OUT, the device tool's folder)
 #   check    Silero against onnxruntime, with its phase timeline (silero.json); the zoo against the interpreter
 #            (zoo.json)
