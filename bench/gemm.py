@@ -128,8 +128,8 @@ def run_profiles(args) -> list[dict]:
     from wavec.targets.cuda import codegen, runtime
     from wavec.targets.cuda.build import build_cubin
 
-    sources = [(runtime.kernel_source(p), codegen.with_constant(runtime.kernel_source(p), "kTiledGemm", "false"))
-               for p in profiles]
+    kernels = [runtime.kernel_source(p) for p in profiles]
+    sources = [(kernel, codegen.with_constant(kernel, "kTiledGemm", "false")) for kernel in kernels]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
         built = list(pool.map(build_cubin, [src for pair in sources for src in pair]))
     rows = []

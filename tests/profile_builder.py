@@ -237,7 +237,7 @@ class ProfileBuilder:
             **self.meta_extra,
         }
         params = np.concatenate(words) if words else np.zeros(0, np.int64)
-        meta = {**param_extent(params, at), **meta}
+        meta = {**param_extent(len(params), at), **meta}
         return Profile(
             meta=meta,
             payloads=payloads,

@@ -107,7 +107,7 @@ def test_a_custom_pipeline_schedules_for_the_compile_target():
     assert with_schedule_target("wpk-arena,wpk-schedule,wpk-payload", "h100") == "wpk-arena,wpk-schedule{hw=h100},wpk-payload"
     assert with_schedule_target("wpk-schedule{workers=2}", "my gpu.yaml") == 'wpk-schedule{hw="my gpu.yaml" workers=2}'
     with pytest.raises(WavecError, match=r"wpk-schedule\{hw=h200\} disagrees with --hw h100"):
-        check_pipeline_agrees(with_schedule_target("wpk-schedule{hw=h200}", "h100"), 1, "h100")
+        check_pipeline_agrees(with_schedule_target("wpk-schedule{hw=h200}", "h100"), 1, "h100", 132)
     with pytest.raises(WavecError, match=r"wpk-schedule\{workers=200\} is more workers than --hw h200's 132 SMs"):
         check_pipeline_agrees("wpk-schedule{workers=200}", 1, "h200", 132)
     check_pipeline_agrees("wpk-schedule{workers=8}", 1, "h200", 132)  # fewer workers than SMs is fine

@@ -113,12 +113,12 @@ def _apply_with_progress(pipeline: PassPipeline, ctx, module) -> None:
             callback(p, module, pipeline.passes[i + 1] if i + 1 < len(pipeline.passes) else None)
 
 
-def check_pipeline_agrees(spec: str, sessions: int, hw: str = "h200", sm_count: int | None = None) -> None:
+def check_pipeline_agrees(spec: str, sessions: int, hw: str, sm_count: int) -> None:
     """A pipeline's wave-cohort{sessions=K} must agree with --sessions, its wpk-schedule{hw=...} with --hw
     (profile.json records one target), and its wpk-schedule{workers=W} fit the target's ``sm_count`` (the
     persistent kernel's cooperative launch needs every block resident, one per SM)."""
     for p in parse_pipeline(spec).passes:
-        if p.name == "wpk-schedule" and sm_count is not None and p.workers > sm_count:
+        if p.name == "wpk-schedule" and p.workers > sm_count:
             raise WavecError(f"--pipeline: wpk-schedule{{workers={p.workers}}} is more workers than --hw {hw}'s "
                              f"{sm_count} SMs; the persistent kernel runs one block per SM, so give at most {sm_count}")
         k = getattr(p, "sessions", None)

@@ -161,7 +161,7 @@ def profile_from_module(
         "hw": hw,
         **({"block_threads": int(block_threads)} if block_threads else {}),
         **({"l2_bytes": int(l2_bytes)} if l2_bytes else {}),
-        **param_extent(params, where.values()),
+        **param_extent(len(params), where.values()),
         "n_counters": module.attributes["wpk.counters"].value.data,
         "arena_bytes": arena_bytes,
         "act_lower_bound": module.attributes["wpk.act_lower_bound"].value.data,

@@ -58,13 +58,13 @@ FORMAT = "wavec-profile/1"
 BACKENDS = ("interp", "cuda")
 
 
-def param_extent(params: np.ndarray, offsets) -> dict[str, int]:
-    """profile.json's ``param_words`` (the parameter table's length) and ``param_window`` (its longest
-    block a task reads, in int64 words), from the table and the word offsets its payloads point at: each
-    block runs to the next one's start (blocks are packed back to back) or the table's end."""
+def param_extent(n_words: int, offsets) -> dict[str, int]:
+    """profile.json's ``param_words`` (the parameter table's length, ``n_words``) and ``param_window`` (its
+    longest block a task reads, in int64 words), from the word offsets the payloads point at: each block
+    runs to the next one's start (blocks are packed back to back) or the table's end."""
     starts = sorted({int(o) for o in offsets})
-    ends = starts[1:] + [len(params)]
-    return {"param_words": len(params), "param_window": max((e - s for s, e in zip(starts, ends)), default=0)}
+    ends = starts[1:] + [n_words]
+    return {"param_words": n_words, "param_window": max((e - s for s, e in zip(starts, ends)), default=0)}
 
 
 @dataclass
@@ -400,7 +400,7 @@ def _check_param_extent(meta: dict, offsets: np.ndarray, n_params: int, root: Pa
     would hand a body stale shared memory, so a profile.json that says less than params.bin holds is refused."""
     if "param_window" not in meta and "param_words" not in meta:
         return
-    need = param_extent(np.zeros(n_params), offsets)
+    need = param_extent(n_params, offsets)
     for key in ("param_words", "param_window"):
         if key not in meta:
             raise ProfileError(f"{root / 'profile.json'}: missing key {key!r} (it has the other); the profile is "
