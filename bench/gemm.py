@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Weight-streaming GEMM: the tiled (tensor-core) MATMUL against the lane-group MATMUL body, PyTorch (cuBLAS) and the floor.
+"""Weight-streaming GEMM: the kernel's MATMUL bodies against PyTorch (cuBLAS), the floor and the measured HBM bandwidth.
 
     python3 bench/gemm.py compile [--out .device/gemm] [--sessions 1 8 64 256] [--layers 8] [--dim 2048]
     python3 bench/gemm.py run [--out .device/gemm] [--beats 300] [--warmup 30] [--json FILE]
@@ -10,14 +10,18 @@ needs xDSL (run it here; carry --out to the GPU machine). ``run`` needs numpy, c
 for each cohort size it checks the kernel's outputs against a float64 numpy chain on fresh random frames, then
 times ``--beats`` beats of
 
-- ``tiled``: the profile's kernel as compiled (the tiled GEMM, kTiledGemm, takes tiles of 64 rows and more);
-- ``generic``: the same kernel with ``kTiledGemm = false`` (the lane-group MATMUL body for every tile);
+- ``wavec``: the profile's kernel as compiled: the tiled GEMM (kTiledGemm) takes tiles of 64 rows and more,
+  the weight-streaming GEMM (kStreamGemm) the others;
+- ``stream``: the same kernel with ``kTiledGemm = false`` (the streaming GEMM for every tile);
+- ``lane``: with both off (the lane-group MATMUL body for every tile);
 - ``eager`` / ``graph``: PyTorch fp32 (TF32 off) on the same weights and frames, the whole cohort batched
   ([S, dim] @ [dim, dim] per layer, cuBLAS), eager and replayed as one CUDA graph; wall time per beat
   including the host's synchronize, as a beat's deadline sees it.
 
-``floor_us`` is the weight bytes over 4.2 TB/s (device copy bandwidth measured on this H200), and
-``GB/s`` the weight bytes over the p50 beat. Prints one table; --json writes the rows.
+``floor_us`` is the weight bytes over 4.2 TB/s (device copy bandwidth measured on this H200), ``wavec_GBps``
+the weight bytes over wavec's p50 beat, and ``of_hbm`` that over the HBM read bandwidth measured in the same
+run (``hbm_read_GBps``: PyTorch summing a 2 GiB fp32 tensor, best of 20). Prints one table; --json writes the
+rows.
 """
 
 from __future__ import annotations
@@ -121,6 +125,31 @@ def time_torch(weights: list[np.ndarray], frames: np.ndarray, warmup: int) -> di
     return out
 
 
+VARIANTS = {"wavec": [], "stream": ["kTiledGemm=false"], "lane": ["kTiledGemm=false", "kStreamGemm=false"]}
+
+
+def variant_source(codegen, kernel: str, settings: list[str]) -> str:
+    for setting in settings:
+        kernel = codegen.with_constant(kernel, *setting.split("=", 1))
+    return kernel
+
+
+def hbm_read_gbps() -> float:
+    """GB/s of the best of 20 sums of a 2 GiB fp32 tensor (reads it once each), timed with CUDA events."""
+    import torch
+
+    x = torch.ones(1 << 29, device="cuda")
+    best = float("inf")
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        x.sum()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    return x.numel() * 4 / best / 1e9
+
+
 def run_profiles(args) -> list[dict]:
     from harness import profiles_to_run
 
@@ -129,14 +158,15 @@ def run_profiles(args) -> list[dict]:
     from wavec.targets.cuda.build import build_cubin
 
     kernels = [runtime.kernel_source(p) for p in profiles]
-    sources = [(kernel, codegen.with_constant(kernel, "kTiledGemm", "false")) for kernel in kernels]
+    sources = [variant_source(codegen, kernel, settings) for kernel in kernels for settings in VARIANTS.values()]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
-        built = list(pool.map(build_cubin, [src for pair in sources for src in pair]))
+        built = list(pool.map(build_cubin, sources))
+    hbm = hbm_read_gbps()
     rows = []
     for i, profile in enumerate(profiles):
         weights = stack_weights(profile)
         wbytes = sum(w.nbytes for w in weights)
-        cubins = {"tiled": built[2 * i], "generic": built[2 * i + 1]}
+        cubins = dict(zip(VARIANTS, built[len(VARIANTS) * i:len(VARIANTS) * (i + 1)]))
         rng = np.random.default_rng(int(time.time()))
         check = rng.normal(size=(2, profile.sessions, weights[0].shape[0])).astype(np.float32)
         ref = check.astype(np.float64)
@@ -154,17 +184,19 @@ def run_profiles(args) -> list[dict]:
             row[f"{name}_p50"] = round(float(np.percentile(t, 50)), 1)
             row[f"{name}_p99"] = round(float(np.percentile(t, 99)), 1)
         row["floor_us"] = round(wbytes / HBM_BYTES_PER_S * 1e6, 1)
-        row["tiled_GBps"] = round(wbytes / row["tiled_p50"] / 1e3, 0)
+        row["wavec_GBps"] = round(wbytes / row["wavec_p50"] / 1e3, 0)
+        row["hbm_read_GBps"] = round(hbm, 0)
+        row["of_hbm"] = round(row["wavec_GBps"] / hbm, 2)
         row["best_peer_p50"] = min(row["eager_p50"], row["graph_p50"])
-        row["tiled_over_peer"] = round(row["tiled_p50"] / row["best_peer_p50"], 2)
-        row["ok"] = max(row["tiled_err"], row["generic_err"]) <= TOLERANCE
+        row["wavec_over_peer"] = round(row["wavec_p50"] / row["best_peer_p50"], 2)
+        row["ok"] = max(row[f"{name}_err"] for name in VARIANTS) <= TOLERANCE
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
-COLUMNS = ["sessions", "tasks", "weight_MB", "tiled_p50", "tiled_p99", "generic_p50", "eager_p50", "graph_p50",
-           "floor_us", "tiled_GBps", "tiled_over_peer", "tiled_err", "generic_err", "torch_err", "ok"]
+COLUMNS = ["sessions", "tasks", "weight_MB", "wavec_p50", "wavec_p99", "stream_p50", "lane_p50", "eager_p50", "graph_p50",
+           "floor_us", "wavec_GBps", "of_hbm", "wavec_over_peer", "wavec_err", "stream_err", "lane_err", "torch_err", "ok"]
 
 
 def main(argv: list[str] | None = None) -> int:

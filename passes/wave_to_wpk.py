@@ -94,19 +94,41 @@ def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tup
     return tuple(strides[1:] if per_session else strides)
 
 
-def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
-    """(s0, s1, e0, e1) tiles covering sessions x elems: sessions split first, elements (never below
-    `min_elems` per tile) only when the cohort alone cannot fill the workers."""
+def tile_sizes(sessions: int, elems: int, workers: int, min_elems: int) -> tuple[int, int]:
+    """(sessions, elements) per tile of `tiles`: sessions split first, elements (never below `min_elems` per
+    tile) only when the cohort alone cannot fill the workers."""
     s_chunks = min(sessions, workers)
     s_per = math.ceil(sessions / s_chunks)
     s_chunks = math.ceil(sessions / s_per)
     e_chunks = 1 if s_chunks >= workers else max(1, min(math.ceil(workers / s_chunks), elems // max(min_elems, 1)))
-    e_per = math.ceil(elems / e_chunks)
+    return s_per, math.ceil(elems / e_chunks)
+
+
+def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+    """(s0, s1, e0, e1) tiles covering sessions x elems, of `tile_sizes`."""
+    s_per, e_per = tile_sizes(sessions, elems, workers, min_elems)
     return [
         (s, min(s + s_per, sessions), e, min(e + e_per, elems))
         for s in range(0, sessions, s_per)
         for e in range(0, elems, e_per)
     ]
+
+
+def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+    """Tiles of a MATMUL's rows x cols outputs per session, as many as `tiles` makes but at most one wave, each
+    whole rows or a part of one row (columns on GEMM_COLS): the form the kernel's GEMM bodies take
+    (targets/cuda/codegen.py single_b_tile), so a MATMUL whose b is per session (a ring cache) streams it
+    through the weight-streaming GEMM instead of the lane-group body."""
+    s_per, e_per = tile_sizes(sessions, rows * cols, workers, min_elems)
+    n_s = math.ceil(sessions / s_per)
+    pieces = max(1, min(math.ceil(rows * cols / e_per), workers // n_s))  # a session's tiles, one wave at most
+    if pieces <= rows:
+        r_per = math.ceil(rows / pieces)
+        return [(s, min(s + s_per, sessions), r * cols, min(r + r_per, rows) * cols)
+                for s in range(0, sessions, s_per) for r in range(0, rows, r_per)]
+    c_per = GEMM_COLS * math.ceil(cols / (pieces // rows) / GEMM_COLS)  # 16-byte column vectors when cols allow
+    return [(s, min(s + s_per, sessions), r * cols + c, r * cols + min(c + c_per, cols))
+            for s in range(0, sessions, s_per) for r in range(rows) for c in range(0, cols, c_per)]
 
 
 def _shared_weight_split(sessions: int, units: int, min_units: int, groups: int, workers: int,
@@ -231,9 +253,12 @@ class _Lowering:
         return wpk.PhaseOp(name, op, tasks)
 
     def tiles(self, params, ins: list[Loc], sessions: int, min_elems: int) -> list[tuple[int, int, int, int]]:
-        if isinstance(params, MatmulParams) and not ins[1].per_session:
+        if isinstance(params, MatmulParams):
             cols = params.shape[-1]
-            return weight_gemm_tiles(sessions, params.n_elems // cols, cols, params.k, self.workers, min_elems)
+            rows = params.n_elems // cols
+            if not ins[1].per_session:
+                return weight_gemm_tiles(sessions, rows, cols, params.k, self.workers, min_elems)
+            return row_tiles(sessions, rows, cols, self.workers, min_elems)
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, self.workers, min_elems)
         return tiles(sessions, params.n_elems, self.workers, min_elems)

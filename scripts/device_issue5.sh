@@ -15,15 +15,16 @@
 #            interpreter (builtin.json)
 #   big      Silero at 4,096 and 16,384 sessions against onnxruntime (big.json)
 #   timeline `wavec run --backend cuda --timeline` on Silero at 1, 64 (30 beats) and 16,384 sessions (6 beats;
-#            timeline-N.json)
+#            timeline-N.json), those of them carried
 #   ab=NAME=VALUE   Silero at 1, 64 and 1,024 sessions with a kernel switch set (gpu_check --set), against
 #            the interpreter (ab.json)
 #   peers    Silero against PyTorch eager one at a time (up to 64 sessions), batched and CUDA graph, 1 to
 #            16,384 sessions, 1,020 timed beats each (peers.json)
 #   density  the largest cohort each system holds at a 32 ms beat (density.json, density.png)
 #   conv     Silero's convolutions alone against cuDNN and the floor (conv.json; bench/conv.py)
-#   gemm     chained 2048 x 2048 linears: the tiled GEMM against the lane-group body, cuBLAS eager and CUDA graph
-#            (gemm.json; bench/gemm.py; `python3 bench/gemm.py compile --out .device/gemm` here first)
+#   gemm     chained 2048 x 2048 linears: the kernel's MATMUL bodies against cuBLAS eager and CUDA graph and the
+#            HBM bandwidth (gemm.json; bench/gemm.py; `python3 bench/gemm.py compile --out .device/gemm` here
+#            first); with .device/gemm8k (`--layers 2 --dim 8192`), that too (gemm8k.json)
 #   bodies   norms, softmax, LSTM/GRU cells and ring-cache attention alone against PyTorch (bodies.json;
 #            bench/bodies.py; `python3 bench/bodies.py compile --out .device/bodies` here first)
 #   duplex   duplex:1b's density at an 80 ms beat against its batched PyTorch peers (bench/builder_peers.py) on
@@ -64,6 +65,7 @@ for part in "${parts[@]}"; do
     ;;
   timeline)
     for n in 1 64 16384; do
+      [ -d .device/vad-$n ] || continue
       python3 -c "$prelude
 import numpy as np; from wavec.audio import cohort_schedule
 frames, reset = cohort_schedule($n, 30 if $n <= 1024 else 6, seed=3); np.savez('/tmp/inputs-$n.npz', input=frames, reset=reset)"
@@ -85,6 +87,8 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-$n --b
     ;;
   gemm)
     timeout 200 python3 bench/gemm.py run --out .device/gemm --beats 200 --warmup 20 --json "$out/gemm.json"
+    [ -d .device/gemm8k ] && timeout 150 python3 bench/gemm.py run --out .device/gemm8k --beats 100 --warmup 10 \
+      --json "$out/gemm8k.json"
     ;;
   bodies)
     timeout 300 python3 bench/bodies.py run --out .device/bodies --beats 200 --warmup 20 --json "$out/bodies.json"

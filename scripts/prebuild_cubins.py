@@ -3,10 +3,13 @@
 time goes to running, not compiling (about 10 s of nvcc per kernel).
 
     WAVEC_CUBIN_CACHE=.device/cubin python3 scripts/prebuild_cubins.py .device/vad-1 .device/zoo-duplex ... [--set NAME=VALUE]
+                                                                        [--regenerate]
 
 The kernel is the one `scripts/gpu_check.py` and the benches build (the profile's kernel.cu, its generated
 EWISE bodies included), so the cache key matches there as long as nvcc's version does (cuda 13.0.88 on
-both, 2026-11). Prints per profile: seconds, the cubin, and ptxas' registers and spills.
+both, 2026-11). Prints per profile: seconds, the cubin, and ptxas' registers and spills. ``--regenerate``
+first rewrites each profile's kernel.cu from this checkout's codegen (its profile.json unchanged), so profiles
+compiled before a kernel change run the changed kernel without recompiling their model.
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ from gpu_check import constant_setting  # scripts/ is this script's own folder, 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build(directory: Path, constants: list[str] = ()) -> str:
+def build(directory: Path, constants: list[str] = (), regenerate: bool = False) -> str:
     from gpu_check import kernel_for
 
     from wavec.profile import load
     from wavec.targets.cuda import build as nvcc
+    from wavec.targets.cuda.codegen import generate_kernel
 
     t0 = time.perf_counter()
-    cubin = nvcc.build_cubin(kernel_for(load(directory), False, constants=constants))
+    profile = load(directory)
+    if regenerate:
+        profile.kernel_source = generate_kernel(profile.meta)
+        (directory / "kernel.cu").write_text(profile.kernel_source)
+    cubin = nvcc.build_cubin(kernel_for(profile, False, constants=constants))
     report = " ".join(line.strip() for line in nvcc.build_report(cubin).splitlines() if "spill" in line or "registers" in line)
     return f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}; {report}"
 
@@ -41,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc builds")
     ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
                     help="build the kernels with this constexpr switch set, as gpu_check.py --set runs them")
+    ap.add_argument("--regenerate", action="store_true",
+                    help="rewrite each profile's kernel.cu from the current codegen before building it")
     args = ap.parse_args(argv)
     if not os.environ.get("WAVEC_CUBIN_CACHE"):
         sys.exit("scripts/prebuild_cubins.py: set WAVEC_CUBIN_CACHE to the carried folder (e.g. .device/cubin)")
@@ -50,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{skipped}: skipped, not a profile (no profile.json)", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         try:
-            for line in pool.map(lambda p: build(p, args.set), profiles):
+            for line in pool.map(lambda p: build(p, args.set, args.regenerate), profiles):
                 print(line, flush=True)
         except ValueError as e:  # a --set name the kernel does not have
             sys.exit(f"scripts/prebuild_cubins.py: --set: {e}")

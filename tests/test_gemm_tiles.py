@@ -1,6 +1,7 @@
 """wave-to-wpk's tiling of a weight MATMUL (weight_gemm_tiles): every output exactly once, column bounds on
 GEMM_COLS, at most one wave of tiles, and the split of least bytes per tile among all session x column splits;
-and of a weight CONV (weight_conv_tiles): whole channels, several sessions a tile when the cohort is small."""
+of a MATMUL whose b is per session (row_tiles): whole rows or a part of one row, one wave; and of a weight CONV
+(weight_conv_tiles): whole channels, several sessions a tile when the cohort is small."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from wavec.opcodes import GEMM_COLS, ConvParams
-from wavec.passes.wave_to_wpk import tiles, weight_conv_tiles, weight_gemm_tiles
+from wavec.passes.wave_to_wpk import row_tiles, tiles, weight_conv_tiles, weight_gemm_tiles
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
     (1, 1, 2048, 2048, 132, 8),
@@ -112,3 +113,24 @@ def test_a_small_cohort_shares_each_weight_read_among_sessions(sessions, params,
         return math.ceil(len(ts) / workers) * max(conv_bytes(t, params) for t in ts)
 
     assert per_wave(got) < per_wave(old)
+
+
+ROW_CASES = [  # sessions, rows, cols, workers: duplex:1b's ring attention at 8 sessions (scores, context), ...
+    (8, 16, 512, 132), (8, 16, 64, 132), (1, 12, 128, 132), (64, 16, 64, 132), (3, 5, 7, 4), (200, 2, 3, 132),
+    (1, 1, 5, 132),
+]
+
+
+@pytest.mark.parametrize("sessions, rows, cols, workers", ROW_CASES)
+def test_row_tiles_are_whole_rows_or_part_of_one(sessions, rows, cols, workers):
+    """Every output once; each tile whole rows or columns of one row (on GEMM_COLS), one wave at most and no
+    more tiles than the unaligned split, which crossed rows (duplex:1b's 61-element tiles of 64-wide rows)."""
+    got = row_tiles(sessions, rows, cols, workers, 8)
+    seen = np.zeros((sessions, rows * cols), np.int64)
+    for s0, s1, e0, e1 in got:
+        seen[s0:s1, e0:e1] += 1
+        whole_rows = e0 % cols == 0 and e1 % cols == 0
+        assert whole_rows or (e0 // cols == (e1 - 1) // cols and (e0 % cols) % GEMM_COLS == 0)
+    assert (seen == 1).all()
+    assert len(got) <= max(workers, math.ceil(sessions / math.ceil(sessions / min(sessions, workers))))
+    assert len(got) <= len(tiles(sessions, rows * cols, workers, 8))

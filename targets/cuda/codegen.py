@@ -449,7 +449,7 @@ __device__ __forceinline__ OperandView operand(const Payload& t, char* const* ar
 
 // The elementwise stack machine: runs `n_code` instructions (insn = kind << 40 | code << 32 | arg) over
 // the input values `in` (INPUT k pushes in[k]); sets `error` and gives NaN on a malformed program.
-__device__ __forceinline__ float run_code(const long long* __restrict__ code, long long n_code, const float* in,
+__device__ __noinline__ float run_code(const long long* __restrict__ code, long long n_code, const float* in,
                                           bool& error) {
   float stack[kStackDepth];
   int sp = 0;
@@ -514,7 +514,7 @@ struct Epilogue {
   // The stored value of session s's flat output element e whose accumulated value is acc. A session's
   // elements are counted in 32 bits (the payload's elem_begin / elem_end), so e's index along each dim is
   // too: 64-bit division is a library call, once per dim and output.
-  __device__ float apply(float acc, unsigned s, long long e, bool& error) const {
+  __device__ __noinline__ float apply(float acc, unsigned s, long long e, bool& error) const {
     if (n_code == 0) return acc;
     float vals[kMaxInputs] = {acc};
     if (n_extra > kMaxInputs - 1 || first + n_extra > kMaxInputs) {
@@ -524,6 +524,7 @@ struct Epilogue {
     if (n_extra > 0) {
       long long off[kMaxInputs - 1] = {};
       unsigned rem = (unsigned)e;
+      #pragma unroll 1
       for (int d = rank - 1; d >= 0; --d) {
         const unsigned dim = (unsigned)shape[d], i = rem % dim;
         rem /= dim;
@@ -603,6 +604,7 @@ __device__ void ewise_body(const Payload& t, const long long* __restrict__ p, ch
   for (TileCursor c(t); c.s < t.session_end; c.next()) {
     long long out_off = 0, in_off[kMaxInputs] = {0, 0, 0, 0};
     unsigned rem = t.elem_begin + c.e;
+    #pragma unroll 1
     for (int d = rank - 1; d >= 0; --d) {
       const unsigned dim = (unsigned)shape[d];
       const long long i = rem % dim;
@@ -678,6 +680,7 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
       e = t.elem_begin + o % g.per_session;
       long long a_off = 0, b_off = 0, x_off[kMaxPrologueExtras] = {};
       unsigned rem = t.elem_begin + o % g.per_session;
+      #pragma unroll 1
       for (int d = rank - 1; d >= 0; --d) {
         const unsigned dim = (unsigned)shape[d];
         const long long i = rem % dim;
@@ -725,9 +728,10 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
 }
 
 // The offsets of flat output element e under a matmul's strides over the output's dims.
-__device__ __forceinline__ long long strided_offset(long long e, int rank, const long long* shape,
+__device__ __noinline__ long long strided_offset(long long e, int rank, const long long* shape,
                                                     const long long* strides) {
   long long off = 0;
+  #pragma unroll 1
   for (int d = rank - 1; d >= 0; --d) {
     off += (e % shape[d]) * strides[d];
     e /= shape[d];
@@ -784,9 +788,13 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// The staging buffers, one pair for every kind of tiled task: A[kTgM][kTgLd], then B[kTgN][kTgLd].
-__device__ __forceinline__ float* tg_smem() {
-  __shared__ __align__(16) float smem[kTgFits ? (kTgM + kTgN) * kTgLd : 1];
+// The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's staging,
+// A[kTgM][kTgLd] then B[kTgN][kTgLd], or the streaming GEMM's (kSvSmemFloats).
+constexpr int kSvRows = 8;  // streaming GEMM: rows of A a pass keeps accumulators for
+constexpr int kSvSmemFloats = (int)kBlockThreads * kSvRows;
+constexpr int kGemmSmemFloats = kTgFits && (kTgM + kTgN) * kTgLd > kSvSmemFloats ? (kTgM + kTgN) * kTgLd : kSvSmemFloats;
+__device__ __forceinline__ float* gemm_smem() {
+  __shared__ __align__(16) float smem[kGemmSmemFloats];
   return smem;
 }
 
@@ -820,7 +828,7 @@ __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const floa
 // Ops::kBAlongK says which way B is staged (tg_b_col / tg_b_k). Every thread of the block calls it.
 template <class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
-  float (*As)[kTgLd] = reinterpret_cast<float (*)[kTgLd]>(tg_smem());
+  float (*As)[kTgLd] = reinterpret_cast<float (*)[kTgLd]>(gemm_smem());
   float (*Bs)[kTgLd] = As + kTgM;
   const unsigned warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   const unsigned wm = warp % kTgWarpsM * 16, wn = warp / kTgWarpsM * 16;
@@ -866,12 +874,12 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
   __syncthreads();  // the staging is free for the block's next task
 }
 
-// The tiled MATMUL: a MATMUL without prologue whose b is one matrix the cohort shares (session stride 0;
-// zero batch strides when the tile spans rows), over a tile that is part of one output row or whole rows.
-// Rows m = (session, row), columns the tile's; A(m, k) = a[row's offset + k * ak], B(k, n) = b[k * bk + n * bn].
-template <bool kAlongK>
-struct MatmulTileOps {
-  static constexpr bool kBAlongK = kAlongK;
+// A MATMUL tile whose b is one matrix for all of the tile's rows: no prologue; b shared by the cohort (session
+// stride 0) or the tile of one session; zero batch strides when the tile spans rows; a not varying along n;
+// the tile part of one output row or whole rows. Rows m = (session, row), columns the tile's;
+// A(m, k) = a[row's offset + k * ak], B(k, n) = b[k * bk + n * bn]. single_b_tile reads the task's words into
+// it, or returns false.
+struct MatmulTile {
   struct Row {
     unsigned s;
     long long e, off;  // the row's first flat output element of the tile, and its offset in out
@@ -883,8 +891,6 @@ struct MatmulTileOps {
   unsigned session_begin, M, K, n_cols;
   OperandView a, out;
   const float* pb;  // b at (k = 0, the tile's first column)
-  const Epilogue& ep;
-  const float* arow[kTgLoadsA];  // this thread's A rows at k = 0 (null past M)
 
   __device__ __forceinline__ Row row(unsigned m) const {
     if (m >= M) return Row{0, 0, 0, false};
@@ -892,76 +898,260 @@ struct MatmulTileOps {
     return Row{session_begin + (unsigned)(m / rows), r * N + col0,
                strided_offset(r * N, rank, shape, out_strides) + col0 * out_strides[rank - 1], true};
   }
-  __device__ __forceinline__ void start_rows(unsigned m0) {
-#pragma unroll
-    for (int i = 0; i < kTgLoadsA; ++i) {
-      const unsigned m = m0 + tg_a_row(i);
-      arow[i] = m < M ? a.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, a_strides))
-                      : nullptr;
-    }
+  __device__ __forceinline__ const float* a_row(unsigned m) const {
+    return a.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, a_strides));
   }
-  __device__ __forceinline__ void load(unsigned n0, unsigned k0, float (&va)[kTgLoadsA], float (&vb)[kTgLoadsB]) const {
-    const unsigned k = k0 + tg_k();
-#pragma unroll
-    for (int i = 0; i < kTgLoadsA; ++i) va[i] = arow[i] && k < K ? arow[i][k * ak] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < kTgLoadsB; ++i) {
-      const unsigned n = n0 + tg_b_col<kAlongK>(i), kb = k0 + tg_b_k<kAlongK>(i);
-      vb[i] = n < n_cols && kb < K ? pb[kb * bk + n * bn] : 0.0f;
-    }
-  }
-  __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
+  __device__ __forceinline__ void store(const Epilogue& ep, const Row& r, unsigned n, float sum, bool& error) const {
     if (r.valid) *out.at(r.s, r.off + n * out_strides[rank - 1]) = ep.apply(sum, r.s, r.e + n, error);
   }
 };
 
-template <bool kAlongK>
-__device__ void matmul_tile(const Payload& t, const long long* p, char* const* arena_base, const Epilogue& ep,
-                            long long row0, long long rows, long long col0, long long col1, bool& error) {
+// `ep_words`: where the task's epilogue starts (after its empty prologue).
+__device__ bool single_b_tile(const Payload& t, const long long* p, char* const* arena_base, MatmulTile& tile,
+                              const long long*& ep_words) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
   const long long* out_strides = shape + rank + 1;
   const long long* a_strides = out_strides + rank;
   const long long* b_strides = a_strides + rank + 1;
-  const long long N = shape[rank - 1];
-  MatmulTileOps<kAlongK> ops{rank, shape, out_strides, a_strides, N, a_strides[rank], b_strides[rank],
-                             b_strides[rank - 1], row0, rows, col0, t.session_begin,
-                             (unsigned)((t.session_end - t.session_begin) * rows), (unsigned)shape[rank],
-                             (unsigned)(col1 - col0), operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
-                             operand(t, arena_base, 1).at(0, strided_offset(row0 * N, rank, shape, b_strides) +
-                                                             col0 * b_strides[rank - 1]),
-                             ep, {}};
-  tiled_gemm(ops, ops.M, ops.n_cols, ops.K, error);
-}
-
-// Runs the task as a tiled MATMUL and returns true, or returns false with nothing done when the task is not
-// of that form or fills less than a quarter of a block.
-__device__ __noinline__ bool matmul_tiled_body(const Payload& t, const long long* __restrict__ p,
-                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
-  const int rank = (int)p[1];
-  const long long* shape = p + 2;
-  const long long* a_strides = shape + 2 * rank + 1;
-  const long long* b_strides = a_strides + rank + 1;
   const long long N = shape[rank - 1], K = shape[rank];
-  if (t.session_stride[1] != 0 || a_strides[rank - 1] != 0 || K >= (1LL << 31)) return false;
+  const bool one_session = t.session_end - t.session_begin == 1;
+  if ((t.session_stride[1] != 0 && !one_session) || a_strides[rank - 1] != 0 || K >= (1LL << 31)) return false;
   const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
   if (!pro.valid() || pro.n_extra != 0 || pro.n_code != 0) return false;
-  // The tile's columns: a part of one row, or whole rows that all read the same matrix.
   const long long row0 = t.elem_begin / N, rows = (t.elem_end - 1) / N - row0 + 1;
   long long col0 = t.elem_begin % N, col1 = (t.elem_end - 1) % N + 1;
   if (rows > 1) {
     if (t.elem_begin % N || t.elem_end % N) return false;
+    #pragma unroll 1
     for (int d = 0; d < rank - 1; ++d)
       if (b_strides[d] != 0) return false;
     col0 = 0;
     col1 = N;
   }
   const long long M = (long long)(t.session_end - t.session_begin) * rows;
-  if (M < kTgM || M >= (1LL << 31) || col1 - col0 < kTgN / 4) return false;  // lane groups fill a block better
-  const Epilogue ep(t, arena_base, pro.end, 2);
+  if (M >= (1LL << 31)) return false;
+  tile = MatmulTile{rank, shape, out_strides, a_strides, N, a_strides[rank], b_strides[rank], b_strides[rank - 1],
+                    row0, rows, col0, t.session_begin, (unsigned)M, (unsigned)K, (unsigned)(col1 - col0),
+                    operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
+                    operand(t, arena_base, 1).at(t.session_begin, strided_offset(row0 * N, rank, shape, b_strides) +
+                                                                    col0 * b_strides[rank - 1])};
+  ep_words = pro.end;
+  return true;
+}
+
+// The tiled MATMUL: tiled_gemm's operations over a MatmulTile.
+template <bool kAlongK>
+struct MatmulTileOps {
+  static constexpr bool kBAlongK = kAlongK;
+  using Row = MatmulTile::Row;
+  const MatmulTile& tile;
+  const Epilogue& ep;
+  const float* arow[kTgLoadsA];  // this thread's A rows at k = 0 (null past M)
+
+  __device__ __forceinline__ Row row(unsigned m) const { return tile.row(m); }
+  __device__ __forceinline__ void start_rows(unsigned m0) {
+#pragma unroll
+    for (int i = 0; i < kTgLoadsA; ++i) {
+      const unsigned m = m0 + tg_a_row(i);
+      arow[i] = m < tile.M ? tile.a_row(m) : nullptr;
+    }
+  }
+  __device__ __forceinline__ void load(unsigned n0, unsigned k0, float (&va)[kTgLoadsA], float (&vb)[kTgLoadsB]) const {
+    const unsigned k = k0 + tg_k();
+#pragma unroll
+    for (int i = 0; i < kTgLoadsA; ++i) va[i] = arow[i] && k < tile.K ? arow[i][k * tile.ak] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTgLoadsB; ++i) {
+      const unsigned n = n0 + tg_b_col<kAlongK>(i), kb = k0 + tg_b_k<kAlongK>(i);
+      vb[i] = n < tile.n_cols && kb < tile.K ? tile.pb[kb * tile.bk + n * tile.bn] : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
+    tile.store(ep, r, n, sum, error);
+  }
+};
+
+// Runs the task as a tiled MATMUL and returns true, or returns false with nothing done when the task is not
+// of that form or fills less than a quarter of a block.
+__device__ __noinline__ bool matmul_tiled_body(const Payload& t, const long long* __restrict__ p,
+                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
+  MatmulTile tile;
+  const long long* ep_words;
+  if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
+  if (tile.M < kTgM || tile.n_cols < kTgN / 4) return false;  // the streaming GEMM or lane groups do better
+  const Epilogue ep(t, arena_base, ep_words, 2);
   bool error = false;
-  if (b_strides[rank] == 1) matmul_tile<true>(t, p, arena_base, ep, row0, rows, col0, col1, error);
-  else matmul_tile<false>(t, p, arena_base, ep, row0, rows, col0, col1, error);
+  if (tile.bk == 1) {
+    MatmulTileOps<true> ops{tile, ep, {}};
+    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
+  } else {
+    MatmulTileOps<false> ops{tile, ep, {}};
+    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
+  }
+  if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+  return true;
+}
+
+// ---- The weight-streaming GEMM (small M) -----------------------------------------------------------
+// A MATMUL tile of too few rows for the tiled GEMM, whose b is one matrix for all its rows stored
+// n-contiguous (b[k, n], bn = 1: ONNX MatMul's [K, N] initializer, a ring cache's [slot, dim]), is bound by
+// reading that matrix once: its time is those bytes over the SM's share of memory bandwidth when enough of
+// them are in flight (by Little's law, 4.2 TB/s / 132 SMs x ~1 us of latency: ~32 KB a SM). Each thread owns
+// kVec consecutive columns (one 16-byte load a k row when they are aligned, else one column) and every R-th
+// k row, R = the slices the block's threads make: step i of a pass reads row i * R + slice, and each of a
+// thread's kSvDepth load registers takes its row kSvDepth steps ahead as soon as its products are issued.
+// A's rows (kSvRows a pass) are staged in shared memory, k-major, in chunks of KC rows; each thread loads its
+// share of the next chunk into registers while the current one is used, so no step waits at a chunk's edge.
+// The slices' partial sums are added in a fixed order (lanes by shuffles, then warps through shared memory),
+// so every run gives the same bits. Off (kStreamGemm = false), the lane-group body runs these tiles.
+constexpr bool kStreamGemm = true;
+constexpr int kSvDepth = 4;  // steps of b loads a thread has in flight
+
+// Which threads own which columns: lanes take Qp column vectors (a power of two from 4 to 32) and 32 / Qp
+// slices of k; warps split into G groups of Wg, one per Qp vectors. Warps past G * Wg, and lanes past the
+// tile's Q vectors, idle (they still join every barrier and shuffle). Qp >= 4 keeps R <= blockDim / 4, so a
+// chunk of A holds a whole number of kSvDepth steps.
+struct StreamLayout {
+  unsigned Qp, G, Wg, R, slice, q;
+  bool active;
+  __device__ explicit StreamLayout(unsigned Q) {
+    Qp = 4;
+    while (Qp < Q && Qp < 32) Qp *= 2;
+    G = (Q + Qp - 1) / Qp;
+    Wg = blockDim.x / 32 / G;
+    R = Wg * (32 / Qp);
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    q = warp % G * Qp + lane % Qp;
+    active = warp < G * Wg && q < Q;
+    slice = active ? warp / G * (32 / Qp) + lane / Qp : 0;  // an idle thread reads slice 0's staging
+  }
+};
+
+template <int kVec>
+struct Vec {
+  float v[kVec];
+};
+
+// b's kVec columns at `at`, not kept in L1 (nothing else of the tile reads them). A coherent load: b may be
+// state the beat writes (a ring cache).
+template <int kVec>
+__device__ __forceinline__ Vec<kVec> load_columns(const float* at) {
+  Vec<kVec> r;
+  if constexpr (kVec == 4) {
+    asm volatile("ld.global.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.v[0]), "=f"(r.v[1]),
+                 "=f"(r.v[2]), "=f"(r.v[3]) : "l"(at));
+  } else {
+    asm volatile("ld.global.L1::no_allocate.f32 %0, [%1];" : "=f"(r.v[0]) : "l"(at));
+  }
+  return r;
+}
+
+// A's loads: coherent (A is written earlier in the beat) from a pointer the compiler cannot prove global.
+__device__ __forceinline__ float ld_global(const float* at) {
+  float v;
+  asm("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(at));
+  return v;
+}
+
+template <int kVec>
+__device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
+  float* smem = gemm_smem();
+  __shared__ const float* arow[kSvRows];
+  const StreamLayout L(tile.n_cols / kVec);
+  const unsigned ncolp = L.G * L.Qp * kVec;  // the columns the layout covers, past n_cols included
+  const unsigned spc = blockDim.x / L.R / kSvDepth * kSvDepth, KC = spc * L.R;  // a chunk: spc steps, KC k rows
+  const unsigned steps = (tile.K + L.R - 1) / L.R;
+  const float* wb = tile.pb + L.slice * tile.bk + L.q * kVec;  // this thread's first columns
+  const long long wstep = (long long)L.R * tile.bk;
+  // This thread stages A(m0 + sm, k) of each chunk at k = the chunk's first + sk + u * s_stride, u < kSvRows.
+  const unsigned sm = threadIdx.x % kSvRows, sk = threadIdx.x / kSvRows, s_stride = blockDim.x / kSvRows;
+  for (unsigned m0 = 0; m0 < tile.M; m0 += kSvRows) {
+    const unsigned rows = min((unsigned)kSvRows, tile.M - m0);
+    __syncthreads();  // the previous pass is done with arow and the staging
+    if (threadIdx.x < rows) arow[threadIdx.x] = tile.a_row(m0 + threadIdx.x);
+    __syncthreads();
+    const float* my_a = sm < rows ? arow[sm] : nullptr;
+    auto load_step = [&](unsigned i) {
+      return L.active && i < steps && i * L.R + L.slice < tile.K ? load_columns<kVec>(wb + i * wstep) : Vec<kVec>{};
+    };
+    float acc[kSvRows][kVec] = {};
+    Vec<kVec> b[kSvDepth];
+#pragma unroll
+    for (unsigned j = 0; j < kSvDepth; ++j) b[j] = load_step(j);
+    for (unsigned c0 = 0; c0 < steps; c0 += spc) {
+      // Stage the chunk's A^T (k-major: a k row's kSvRows values adjacent), its loads all in flight at once.
+      float a[kSvRows];
+#pragma unroll
+      for (unsigned u = 0; u < kSvRows; ++u) {
+        const unsigned k = c0 * L.R + sk + u * s_stride;
+        a[u] = my_a && sk + u * s_stride < KC && k < tile.K ? ld_global(my_a + k * tile.ak) : 0.0f;
+      }
+      __syncthreads();  // the previous chunk's products are done
+#pragma unroll
+      for (unsigned u = 0; u < kSvRows; ++u)
+        if (sk + u * s_stride < KC) smem[(sk + u * s_stride) * kSvRows + sm] = a[u];
+      __syncthreads();
+      const unsigned c1 = min(c0 + spc, steps);
+      for (unsigned i0 = c0; i0 < c1; i0 += kSvDepth) {
+#pragma unroll
+        for (unsigned j = 0; j < kSvDepth; ++j) {
+          const unsigned i = i0 + j;
+          const float* as = smem + ((i - c0) * L.R + L.slice) * kSvRows;
+          if (i < c1) {
+#pragma unroll
+            for (unsigned r = 0; r < kSvRows; ++r)
+#pragma unroll
+              for (int v = 0; v < kVec; ++v) acc[r][v] = fmaf(as[r], b[j].v[v], acc[r][v]);
+          }
+          b[j] = load_step(i + kSvDepth);
+        }
+      }
+    }
+    // The slices of a warp that share columns: lanes Qp apart.
+    for (unsigned off = L.Qp; off < 32; off *= 2)
+#pragma unroll
+      for (unsigned m = 0; m < kSvRows; ++m)
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[m][v] += __shfl_xor_sync(0xffffffffu, acc[m][v], off);
+    // Then the warps' sums, in warp order, for as many rows a round as the staging holds.
+    const unsigned round = max(1u, kSvSmemFloats / (L.Wg * ncolp));
+    const unsigned slot = threadIdx.x / 32 / L.G, col = L.q * kVec;
+    for (unsigned r0 = 0; r0 < rows; r0 += round) {
+      __syncthreads();
+      if (L.active && threadIdx.x % 32 < L.Qp) {
+#pragma unroll
+        for (unsigned m = 0; m < kSvRows; ++m)
+          if (m >= r0 && m < r0 + round)
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) smem[(slot * round + (m - r0)) * ncolp + col + v] = acc[m][v];
+      }
+      __syncthreads();
+      const unsigned n_out = min(round, rows - r0) * tile.n_cols;
+      for (unsigned i = threadIdx.x; i < n_out; i += blockDim.x) {
+        const unsigned m = i / tile.n_cols, n = i % tile.n_cols;
+        float sum = 0.0f;
+        for (unsigned w = 0; w < L.Wg; ++w) sum += smem[(w * round + m) * ncolp + n];
+        tile.store(ep, tile.row(m0 + r0 + m), n, sum, error);
+      }
+    }
+  }
+  __syncthreads();  // the staging is free for the block's next task
+}
+
+// Runs the task as a streaming MATMUL and returns true, or returns false with nothing done when the task is
+// not of that form (b n-contiguous, at most 32 column vectors a warp).
+__device__ __noinline__ bool matmul_stream_body(const Payload& t, const long long* __restrict__ p,
+                                                char* const* arena_base, unsigned* out_epoch, unsigned beat) {
+  MatmulTile tile;
+  const long long* ep_words;
+  if (!single_b_tile(t, p, arena_base, tile, ep_words) || tile.bn != 1) return false;
+  const bool vec4 = tile.n_cols % 4 == 0 && tile.bk % 4 == 0 && reinterpret_cast<uintptr_t>(tile.pb) % 16 == 0;
+  if ((vec4 ? tile.n_cols / 4 : tile.n_cols) > 32 * (blockDim.x / 32)) return false;
+  const Epilogue ep(t, arena_base, ep_words, 2);
+  bool error = false;
+  if (vec4) stream_gemm<4>(tile, ep, error);
+  else stream_gemm<1>(tile, ep, error);
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
   return true;
 }
@@ -978,6 +1168,7 @@ __device__ __forceinline__ long long conv_tap_offset(unsigned j, unsigned k_tota
   const unsigned c = j / k_total, kk = j % k_total;
   long long in_off = 0, in_step = 1;
   unsigned rem = kk;
+  #pragma unroll 1
   for (int d = nsp - 1; d >= 0; --d) {
     const unsigned kd = rem % (unsigned)kernel[d];
     rem /= (unsigned)kernel[d];
@@ -1089,6 +1280,7 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
   const long long* pad = stride + nsp;
   const long long* dilation = pad + nsp;
   long long in_total = 1, out_total = 1, k_total = 1;
+  #pragma unroll 1
   for (int d = 0; d < nsp; ++d) {
     in_total *= in_sp[d];
     out_total *= out_sp[d];
@@ -1193,52 +1385,61 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
   if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
-// One reduction row: `kKind` indexes wavec.opcodes.REDUCE_KINDS.
+// A reduction's running value: `kKind` indexes wavec.opcodes.REDUCE_KINDS. logsumexp keeps the largest value
+// seen (a) and the sum of exp(x - a) (b), rescaled when a grows (the one-pass "online" form: Milakov &
+// Gimelshein, arXiv 1805.02867); the others keep theirs in a. merge() combines two lanes' partials.
 template <int kKind>
-__device__ float reduce_row(const float* in, int rrank, const long long* rshape, const long long* rstrides,
-                            long long r_total) {
-  auto load = [&](long long j) -> float {
-    if (rrank == 1) return in[j * rstrides[0]];
-    long long off = 0, rem = j;
-    for (int d = rrank - 1; d >= 0; --d) {
-      off += (rem % rshape[d]) * rstrides[d];
-      rem /= rshape[d];
-    }
-    return in[off];
-  };
-  if constexpr (kKind == kReduce_max || kKind == kReduce_min || kKind == kReduce_logsumexp) {
-    float m = load(0);
-    for (long long j = 1; j < r_total; ++j) m = kKind == kReduce_min ? fminf(m, load(j)) : fmaxf(m, load(j));
-    if constexpr (kKind != kReduce_logsumexp) {
-      return m;
-    } else {
-      const float shift = isfinite(m) ? m : 0.0f;
-      float s = 0.0f;
-      for (long long j = 0; j < r_total; ++j) s += expf(load(j) - shift);
-      return shift + logf(s);
-    }
-  } else if constexpr (kKind == kReduce_prod) {
-    float acc = 1.0f;
-    for (long long j = 0; j < r_total; ++j) acc *= load(j);
-    return acc;
-  } else {
-    float acc = 0.0f;
-    for (long long j = 0; j < r_total; ++j) {
-      const float v = load(j);
-      if constexpr (kKind == kReduce_sumsquare || kKind == kReduce_l2) acc = fmaf(v, v, acc);
-      else if constexpr (kKind == kReduce_l1) acc += fabsf(v);
-      else acc += v;
-    }
-    if constexpr (kKind == kReduce_mean) return acc / (float)r_total;
-    if constexpr (kKind == kReduce_l2) return sqrtf(acc);
-    return acc;
+struct Partial {
+  float a, b;
+  __device__ static Partial identity() {
+    if constexpr (kKind == kReduce_max || kKind == kReduce_logsumexp) return {-__int_as_float(0x7f800000), 0.0f};
+    if constexpr (kKind == kReduce_min) return {__int_as_float(0x7f800000), 0.0f};
+    if constexpr (kKind == kReduce_prod) return {1.0f, 0.0f};
+    return {0.0f, 0.0f};
   }
-}
+  __device__ void add(float v) {
+    if constexpr (kKind == kReduce_logsumexp) merge({v, 1.0f});
+    else if constexpr (kKind == kReduce_max) a = fmaxf(a, v);
+    else if constexpr (kKind == kReduce_min) a = fminf(a, v);
+    else if constexpr (kKind == kReduce_prod) a *= v;
+    else if constexpr (kKind == kReduce_sumsquare || kKind == kReduce_l2) a = fmaf(v, v, a);
+    else if constexpr (kKind == kReduce_l1) a += fabsf(v);
+    else a += v;
+  }
+  __device__ void merge(const Partial& o) {
+    if constexpr (kKind == kReduce_logsumexp) {
+      const float m = fmaxf(a, o.a);
+      if (isfinite(m)) b = (isfinite(a) ? b * expf(a - m) : 0.0f) + (isfinite(o.a) ? o.b * expf(o.a - m) : 0.0f);
+      else if (m > 0.0f || isnan(m)) b = 1.0f;  // +inf or NaN dominates; all -inf leaves b at 0
+      a = m;
+    } else if constexpr (kKind == kReduce_max || kKind == kReduce_min || kKind == kReduce_prod) {
+      Partial p = *this;
+      p.add(o.a);  // max, min and prod combine partials as they combine values
+      a = p.a;
+    } else {
+      a += o.a;
+    }
+  }
+  __device__ float result(long long n) const {
+    if constexpr (kKind == kReduce_logsumexp) return isfinite(a) ? a + logf(b) : a;
+    if constexpr (kKind == kReduce_mean) return n > 0 ? a / (float)n : 0.0f;
+    if constexpr (kKind == kReduce_l2) return sqrtf(a);
+    return a;
+  }
+  __device__ void shuffle_merge(unsigned off, unsigned width) {
+    merge({__shfl_down_sync(0xffffffffu, a, off, width), __shfl_down_sync(0xffffffffu, b, off, width)});
+  }
+};
 
 // REDUCE: out[idx] = reduce_j in[idx, j]. Words: REDUCE, kind, rank, shape[rank], out_strides[rank],
 // in_strides[rank], rrank, rshape[rrank], rstrides[rrank]. An empty reduction gives the kind's identity.
+// Each output gets a group of `lanes` threads (a power of two, up to the whole block, so a tile of a few
+// outputs, a norm's sum of squares or a vocabulary's max, still has every thread loading); a lane reduces
+// every lanes-th value, and the group merges its lanes' partials in a fixed order (shuffles inside a warp,
+// then the group's warps through shared memory), so every run gives the same bits.
 template <int kKind>
 __device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, char* const* arena_base) {
+  __shared__ Partial<kKind> warp_partial[32];
   const int rank = (int)p[2];
   const long long* shape = p + 3;
   const long long* out_strides = shape + rank;
@@ -1247,24 +1448,50 @@ __device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, c
   const long long* rshape = in_strides + rank + 1;
   const long long* rstrides = rshape + rrank;
   long long r_total = 1;
+  #pragma unroll 1
   for (int d = 0; d < rrank; ++d) r_total *= rshape[d];
-  float identity = 0.0f;
-  if constexpr (kKind == kReduce_max || kKind == kReduce_logsumexp) identity = -__int_as_float(0x7f800000);
-  if constexpr (kKind == kReduce_min) identity = __int_as_float(0x7f800000);
-  if constexpr (kKind == kReduce_prod) identity = 1.0f;
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView in = operand(t, arena_base, 0);
-  for (TileCursor c(t); c.s < t.session_end; c.next()) {
-    long long out_off = 0, in_off = 0;
-    unsigned rem = t.elem_begin + c.e;
-    for (int d = rank - 1; d >= 0; --d) {
-      const unsigned dim = (unsigned)shape[d];
-      const long long i = rem % dim;
-      rem /= dim;
-      out_off += i * out_strides[d];
-      in_off += i * in_strides[d];
+  const unsigned per_session = t.elem_end - t.elem_begin;
+  const unsigned outputs = (t.session_end - t.session_begin) * per_session;
+  unsigned lanes = 1;
+  while (lanes < blockDim.x && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
+  const unsigned lane = threadIdx.x % lanes, groups = blockDim.x / lanes, width = min(lanes, 32u);
+  for (unsigned base = 0; base < outputs; base += groups) {
+    const unsigned o = base + threadIdx.x / lanes;
+    Partial<kKind> acc = Partial<kKind>::identity();
+    unsigned s = 0;
+    long long out_off = 0;
+    if (o < outputs) {
+      s = t.session_begin + o / per_session;
+      long long in_off = 0;
+      unsigned rem = t.elem_begin + o % per_session;
+      #pragma unroll 1
+      for (int d = rank - 1; d >= 0; --d) {
+        const unsigned dim = (unsigned)shape[d];
+        const long long i = rem % dim;
+        rem /= dim;
+        out_off += i * out_strides[d];
+        in_off += i * in_strides[d];
+      }
+      const float* row = in.at(s, in_off);
+      if (rrank == 1) {
+        const long long step = rstrides[0];
+        #pragma unroll 4
+        for (long long j = lane; j < r_total; j += lanes) acc.add(row[j * step]);
+      } else {
+        for (long long j = lane; j < r_total; j += lanes) acc.add(row[strided_offset(j, rrank, rshape, rstrides)]);
+      }
     }
-    *out.at(c.s, out_off) = r_total == 0 ? identity : reduce_row<kKind>(in.at(c.s, in_off), rrank, rshape, rstrides, r_total);
+    for (unsigned off = width / 2; off > 0; off /= 2) acc.shuffle_merge(off, width);
+    if (lanes > 32) {
+      __syncthreads();  // the previous round's partials are read
+      if (threadIdx.x % 32 == 0) warp_partial[threadIdx.x / 32] = acc;
+      __syncthreads();
+      if (lane == 0)
+        for (unsigned w = 1; w < lanes / 32; ++w) acc.merge(warp_partial[threadIdx.x / 32 + w]);
+    }
+    if (o < outputs && lane == 0) *out.at(s, out_off) = acc.result(r_total);
   }
 }
 
@@ -1307,6 +1534,7 @@ __device__ __forceinline__ void prefetch_task_weights(const Payload& t, const lo
     const int rank = (int)p[1];
     const long long* shape = p + 2;
     const long long* b_strides = shape + 2 * rank + 1 + rank + 1;
+    #pragma unroll 1
     for (int d = 0; d < rank - 1; ++d)
       if (b_strides[d] != 0) return;
     const long long N = shape[rank - 1], K = shape[rank], bn = b_strides[rank - 1], bk = b_strides[rank];
@@ -1319,6 +1547,7 @@ __device__ __forceinline__ void prefetch_task_weights(const Payload& t, const lo
     const int nsp = (int)p[1];
     const long long c_in = p[3], c_out = p[4], group = p[5];
     long long T = 1, taps = 1;
+    #pragma unroll 1
     for (int d = 0; d < nsp; ++d) T *= p[7 + nsp + d], taps *= p[7 + 2 * nsp + d];
     const long long row = c_in / group * taps;
     long long o0 = t.elem_begin / T % c_out, o1 = (t.elem_end - 1) / T % c_out + 1;
@@ -1338,7 +1567,9 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ p, char
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
     case kOpMatmul:
-      if (!(kTiledGemm && kTgFits && matmul_tiled_body(t, p, arena_base, out_epoch, beat))) matmul_body(t, p, arena_base, out_epoch, beat);
+      if (kTiledGemm && kTgFits && matmul_tiled_body(t, p, arena_base, out_epoch, beat)) break;
+      if (kStreamGemm && matmul_stream_body(t, p, arena_base, out_epoch, beat)) break;
+      matmul_body(t, p, arena_base, out_epoch, beat);
       break;
     case kOpConv:
       if (p[1] > kMaxConvSpatial) {
