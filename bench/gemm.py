@@ -2,7 +2,7 @@
 """Weight-streaming GEMM: the kernel's MATMUL bodies against PyTorch (cuBLAS), the floor and the measured HBM bandwidth.
 
     python3 bench/gemm.py compile [--out .device/gemm] [--sessions 1 8 64 256] [--layers 8] [--dim 2048]
-    python3 bench/gemm.py run [--out .device/gemm] [--beats 300] [--warmup 30] [--json FILE]
+    python3 bench/gemm.py run [--out .device/gemm] [--beats 300] [--warmup 30] [--set NAME=VALUE]... [--json FILE]
 
 The model: ``layers`` bias-free fp32 linears chained (x <- x W_l, W_l dim x dim, seeded uniform weights of
 variance 1/dim), one ``dim`` frame per session per beat; every weight byte is read once per beat. ``compile``
@@ -14,6 +14,7 @@ times ``--beats`` beats of
   the weight-streaming GEMM (kStreamGemm) the others;
 - ``stream``: the same kernel with ``kTiledGemm = false`` (the streaming GEMM for every tile);
 - ``lane``: with both off (the lane-group MATMUL body for every tile);
+  (``--set``: a constexpr switch of all three, as gpu_check.py --set, e.g. ``kSvDepth=8``)
 - ``eager`` / ``graph``: PyTorch fp32 (TF32 off) on the same weights and frames, the whole cohort batched
   ([S, dim] @ [dim, dim] per layer, cuBLAS), eager and replayed as one CUDA graph; wall time per beat
   including the host's synchronize, as a beat's deadline sees it.
@@ -158,7 +159,11 @@ def run_profiles(args) -> list[dict]:
     from wavec.targets.cuda.build import build_cubin
 
     kernels = [runtime.kernel_source(p) for p in profiles]
-    sources = [variant_source(codegen, kernel, settings) for kernel in kernels for settings in VARIANTS.values()]
+    try:
+        sources = [variant_source(codegen, kernel, args.set + settings) for kernel in kernels
+                   for settings in VARIANTS.values()]
+    except ValueError as e:  # a --set name the kernel does not have
+        sys.exit(f"bench/gemm.py: --set: {e}")
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # nvcc is single-threaded
         built = list(pool.map(build_cubin, sources))
     hbm = hbm_read_gbps()
@@ -201,12 +206,15 @@ COLUMNS = ["sessions", "tasks", "weight_MB", "wavec_p50", "wavec_p99", "stream_p
 
 def main(argv: list[str] | None = None) -> int:
     sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "scripts")]
+    from gpu_check import constant_setting
     from harness import bench_parser, compile_or_run
 
     ap = bench_parser(__doc__, "gemm", beats=300, warmup=30)
     ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 64, 256], help="cohort sizes to compile (default 1 8 64 256)")
     ap.add_argument("--layers", type=int, default=8, help="chained linears (default 8)")
     ap.add_argument("--dim", type=int, default=2048, help="their size, dim x dim (default 2048)")
+    ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
+                    help="run the kernels with this constexpr switch set (gpu_check.py --set)")
     return compile_or_run(ap.parse_args(argv), compile_profiles, run_profiles, COLUMNS)
 
 

@@ -114,18 +114,31 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple
     ]
 
 
-def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+def rows_per_b(params: MatmulParams) -> int:
+    """How many consecutive output rows of a MATMUL read the same matrix of b: the product of the output's
+    row dims after the last one b has a non-zero stride along (all rows when there is none)."""
+    row_dims = params.shape[:-1]
+    varying = [d for d, stride in enumerate(params.b_strides[:len(row_dims)]) if stride != 0]
+    return math.prod(row_dims[varying[-1] + 1:]) if varying else math.prod(row_dims)
+
+
+def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
+              row_block: int = 0) -> list[tuple[int, int, int, int]]:
     """Tiles of a MATMUL's rows x cols outputs per session, as many as `tiles` makes but at most one wave, each
     whole rows or a part of one row (columns on GEMM_COLS): the form the kernel's GEMM bodies take
     (targets/cuda/codegen.py single_b_tile), so a MATMUL whose b is per session (a ring cache) streams it
-    through the weight-streaming GEMM instead of the lane-group body."""
+    through the weight-streaming GEMM instead of the lane-group body. ``row_block``: how many consecutive rows
+    read one matrix of b (a ring cache's rows of one head); whole-row tiles never cross such a block, which can
+    take more than one wave."""
     s_per, e_per = tile_sizes(sessions, rows * cols, workers, min_elems)
     n_s = math.ceil(sessions / s_per)
     pieces = max(1, min(math.ceil(rows * cols / e_per), workers // n_s))  # a session's tiles, one wave at most
     if pieces <= rows:
-        r_per = math.ceil(rows / pieces)
-        return [(s, min(s + s_per, sessions), r * cols, min(r + r_per, rows) * cols)
-                for s in range(0, sessions, s_per) for r in range(0, rows, r_per)]
+        block = row_block or rows
+        r_per = min(math.ceil(rows / pieces), block)
+        return [(s, min(s + s_per, sessions), r * cols, min(r + r_per, b + block, rows) * cols)
+                for s in range(0, sessions, s_per) for b in range(0, rows, block)
+                for r in range(b, min(b + block, rows), r_per)]
     c_per = GEMM_COLS * math.ceil(cols / (pieces // rows) / GEMM_COLS)  # 16-byte column vectors when cols allow
     return [(s, min(s + s_per, sessions), r * cols + c, r * cols + min(c + c_per, cols))
             for s in range(0, sessions, s_per) for r in range(rows) for c in range(0, cols, c_per)]
@@ -258,7 +271,7 @@ class _Lowering:
             rows = params.n_elems // cols
             if not ins[1].per_session:
                 return weight_gemm_tiles(sessions, rows, cols, params.k, self.workers, min_elems)
-            return row_tiles(sessions, rows, cols, self.workers, min_elems)
+            return row_tiles(sessions, rows, cols, self.workers, min_elems, rows_per_b(params))
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, self.workers, min_elems)
         return tiles(sessions, params.n_elems, self.workers, min_elems)

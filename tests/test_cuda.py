@@ -269,9 +269,9 @@ def ptxas_compile(tmp_path, src: str) -> str:
 # GEMM (stream_gemm<4>) spills 212, a few words its chunk loop reloads. More would mean a body grew.
 MAX_SPILL_BYTES = {256: 12, 512: 1000}
 # The functions ptxas compiles apart (the kernel's entry points and what they call without inlining it).
-NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "conv_body", "conv_tiled_body", "matmul_tiled_body",
-               "matmul_stream_body", "stream_gemmILi1", "stream_gemmILi4", "run_code", "Epilogue5apply",
-               "strided_offset")
+NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "conv_body", "conv_tiled_body", "matmul_gemm_body",
+               "stream_gemmILi1", "stream_gemmILi4", "run_code", "Epilogue5apply",
+               "strided_offset", "reduce_body")
 
 
 @needs_nvcc

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from wavec.opcodes import GEMM_COLS, ConvParams
-from wavec.passes.wave_to_wpk import row_tiles, tiles, weight_conv_tiles, weight_gemm_tiles
+from wavec.passes.wave_to_wpk import row_tiles, rows_per_b, tiles, weight_conv_tiles, weight_gemm_tiles
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
     (1, 1, 2048, 2048, 132, 8),
@@ -115,22 +115,39 @@ def test_a_small_cohort_shares_each_weight_read_among_sessions(sessions, params,
     assert per_wave(got) < per_wave(old)
 
 
-ROW_CASES = [  # sessions, rows, cols, workers: duplex:1b's ring attention at 8 sessions (scores, context), ...
-    (8, 16, 512, 132), (8, 16, 64, 132), (1, 12, 128, 132), (64, 16, 64, 132), (3, 5, 7, 4), (200, 2, 3, 132),
-    (1, 1, 5, 132),
+ROW_CASES = [  # sessions, rows, cols, workers, row_block: duplex:1b's ring attention at 8 and 64 sessions
+    # (scores: 16 rows of 512 slots; context: 4 heads x 4 queries of 128 dims, one V per head), ...
+    (8, 16, 512, 132, 4), (8, 16, 64, 132, 4), (64, 16, 128, 132, 4), (1, 12, 128, 132, 12), (64, 16, 64, 132, 16),
+    (3, 5, 7, 4, 5), (200, 2, 3, 132, 1), (1, 1, 5, 132, 1),
 ]
 
 
-@pytest.mark.parametrize("sessions, rows, cols, workers", ROW_CASES)
-def test_row_tiles_are_whole_rows_or_part_of_one(sessions, rows, cols, workers):
-    """Every output once; each tile whole rows or columns of one row (on GEMM_COLS), one wave at most and no
-    more tiles than the unaligned split, which crossed rows (duplex:1b's 61-element tiles of 64-wide rows)."""
-    got = row_tiles(sessions, rows, cols, workers, 8)
+@pytest.mark.parametrize("sessions, rows, cols, workers, row_block", ROW_CASES)
+def test_row_tiles_are_whole_rows_or_part_of_one(sessions, rows, cols, workers, row_block):
+    """Every output once; each tile whole rows of one block of row_block rows (they read one matrix of b) or
+    columns of one row (on GEMM_COLS); no more tiles than the unaligned split, which crossed rows (duplex:1b's
+    61-element tiles of 64-wide rows), unless blocks force more."""
+    got = row_tiles(sessions, rows, cols, workers, 8, row_block)
     seen = np.zeros((sessions, rows * cols), np.int64)
     for s0, s1, e0, e1 in got:
         seen[s0:s1, e0:e1] += 1
-        whole_rows = e0 % cols == 0 and e1 % cols == 0
-        assert whole_rows or (e0 // cols == (e1 - 1) // cols and (e0 % cols) % GEMM_COLS == 0)
+        if e0 % cols == 0 and e1 % cols == 0:
+            assert e0 // cols // row_block == (e1 // cols - 1) // row_block
+        else:
+            assert e0 // cols == (e1 - 1) // cols and (e0 % cols) % GEMM_COLS == 0
     assert (seen == 1).all()
-    assert len(got) <= max(workers, math.ceil(sessions / math.ceil(sessions / min(sessions, workers))))
-    assert len(got) <= len(tiles(sessions, rows * cols, workers, 8))
+    blocks = math.ceil(rows / row_block) * math.ceil(sessions / math.ceil(sessions / min(sessions, workers)))
+    assert len(got) <= max(len(tiles(sessions, rows * cols, workers, 8)), blocks)
+
+
+def test_rows_per_b_counts_the_rows_after_bs_last_batch_dim():
+    """duplex:1b's attention context: out [head 4, query 4, dim 128] of V [head, slot, dim] (b strides 131072,
+    0 over the output's row dims): the 4 queries of a head read one V."""
+    from wavec.opcodes import Epilogue, MatmulParams
+
+    def params(b_strides):
+        return MatmulParams((4, 4, 128), 1024, (512, 128, 1), (4096, 1024, 0, 1), b_strides, Epilogue((4, 4, 128), (), ()))
+
+    assert rows_per_b(params((131072, 0, 1, 128))) == 4
+    assert rows_per_b(params((0, 0, 1, 128))) == 16
+    assert rows_per_b(params((0, 131072, 1, 128))) == 1

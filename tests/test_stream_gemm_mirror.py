@@ -17,8 +17,8 @@ SV_ROWS, SV_DEPTH = 8, 4  # kSvRows, kSvDepth
 class Layout:
     """StreamLayout for Q column vectors over a block of ``threads`` threads."""
 
-    def __init__(self, q_vectors: int, threads: int):
-        self.qp = 4
+    def __init__(self, q_vectors: int, threads: int, depth: int = SV_DEPTH):
+        self.qp = depth
         while self.qp < q_vectors and self.qp < 32:
             self.qp *= 2
         self.g = -(-q_vectors // self.qp)
@@ -33,19 +33,19 @@ class Layout:
         self.warp, self.lane = warp, lane
 
 
-def stream_gemm(a: np.ndarray, b: np.ndarray, vec: int, threads: int) -> np.ndarray:
-    """stream_gemm<vec> of a [M, K] by b [K, n_cols], as the block computes it (float32)."""
+def stream_gemm(a: np.ndarray, b: np.ndarray, vec: int, threads: int, depth: int = SV_DEPTH) -> np.ndarray:
+    """stream_gemm<vec> of a [M, K] by b [K, n_cols], as the block computes it (float32), with kSvDepth = depth."""
     M, K = a.shape
     n_cols = b.shape[1]
     smem_floats = threads * SV_ROWS  # kSvSmemFloats
-    L = Layout(n_cols // vec, threads)
+    L = Layout(n_cols // vec, threads, depth)
     ncolp = L.g * L.qp * vec
     assert L.active.any() and (L.slice < L.r).all() and L.r <= threads // 4
     out = np.full((M, n_cols), np.nan, np.float32)
     cols = L.q[:, None] * vec + np.arange(vec)[None, :]  # [threads, vec]
-    spc = threads // L.r // SV_DEPTH * SV_DEPTH  # steps a chunk of A covers
+    spc = threads // L.r // depth * depth  # steps a chunk of A covers
     kc = spc * L.r
-    assert spc >= SV_DEPTH and SV_ROWS * kc <= smem_floats
+    assert spc >= depth and SV_ROWS * kc <= smem_floats
     steps = -(-K // L.r)
     tid = np.arange(threads)
     sm, sk, s_stride = tid % SV_ROWS, tid // SV_ROWS, threads // SV_ROWS
@@ -111,12 +111,14 @@ CASES = [  # (M, K, n_cols, vec, threads): what they stand for
 ]
 
 
+@pytest.mark.parametrize("depth", [SV_DEPTH, 8], ids=["kSvDepth", "depth8"])
 @pytest.mark.parametrize("M, K, n_cols, vec, threads", CASES)
-def test_the_streaming_gemm_computes_the_product(M, K, n_cols, vec, threads):
+def test_the_streaming_gemm_computes_the_product(M, K, n_cols, vec, threads, depth):
+    """At the kernel's kSvDepth, and at 8 (bench/gemm.py --set kSvDepth=8)."""
     rng = np.random.default_rng(M * 7919 + K)
     a = rng.normal(size=(M, K)).astype(np.float32)
     b = (rng.normal(size=(K, n_cols)) / np.sqrt(K)).astype(np.float32)
-    got = stream_gemm(a, b, vec, threads)
+    got = stream_gemm(a, b, vec, threads, depth)
     want = a.astype(np.float64) @ b.astype(np.float64)
     # float32 sums of K unit-variance terms, in the kernel's order: a few ulps of sqrt(K)-sized partials.
     assert np.max(np.abs(got - want)) <= 1e-5 * np.sqrt(K)

@@ -727,14 +727,17 @@ __device__ void matmul_body(const Payload& t, const long long* __restrict__ p, c
   if (ep_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
-// The offsets of flat output element e under a matmul's strides over the output's dims.
-__device__ __noinline__ long long strided_offset(long long e, int rank, const long long* shape,
-                                                    const long long* strides) {
+// The offset of flat element e of `shape` under `strides`. A session's elements are counted in 32 bits (the
+// payload's elem_begin / elem_end), so e's index along each dim is too: a 64-bit division is a library call
+// whose dependent chain costs about as much as a memory round trip, once per dim.
+__device__ __noinline__ long long strided_offset(unsigned e, int rank, const long long* shape,
+                                                 const long long* strides) {
   long long off = 0;
   #pragma unroll 1
   for (int d = rank - 1; d >= 0; --d) {
-    off += (e % shape[d]) * strides[d];
-    e /= shape[d];
+    const unsigned dim = (unsigned)shape[d];
+    off += (long long)(e % dim) * strides[d];
+    e /= dim;
   }
   return off;
 }
@@ -874,11 +877,11 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
   __syncthreads();  // the staging is free for the block's next task
 }
 
-// A MATMUL tile whose b is one matrix for all of the tile's rows: no prologue; b shared by the cohort (session
-// stride 0) or the tile of one session; zero batch strides when the tile spans rows; a not varying along n;
-// the tile part of one output row or whole rows. Rows m = (session, row), columns the tile's;
-// A(m, k) = a[row's offset + k * ak], B(k, n) = b[k * bk + n * bn]. single_b_tile reads the task's words into
-// it, or returns false.
+// A MATMUL tile whose b is one matrix for all of the tile's rows: b shared by the cohort (session stride 0) or
+// the tile of one session; the same batch of b for each of the tile's rows; a, and the prologue's extras if any,
+// not varying along n; the tile part of one output row or whole rows. Rows m = (session, row), columns the
+// tile's; A(m, k) = prologue(a[row's offset + k * ak]), B(k, n) = b[k * bk + n * bn]. single_b_tile reads the
+// task's words into it, or returns false.
 struct MatmulTile {
   struct Row {
     unsigned s;
@@ -887,19 +890,33 @@ struct MatmulTile {
   };
   int rank;
   const long long *shape, *out_strides, *a_strides;
-  long long N, ak, bk, bn, row0, rows, col0;
-  unsigned session_begin, M, K, n_cols;
+  long long ak, bk, bn;
+  unsigned N, row0, rows, col0, session_begin, M, K, n_cols;
   OperandView a, out;
   const float* pb;  // b at (k = 0, the tile's first column)
+  const long long* prologue;  // the task's prologue words
+  bool has_prologue;          // not the identity
 
   __device__ __forceinline__ Row row(unsigned m) const {
     if (m >= M) return Row{0, 0, 0, false};
-    const long long r = row0 + m % rows;
-    return Row{session_begin + (unsigned)(m / rows), r * N + col0,
+    const unsigned r = row0 + m % rows;
+    return Row{session_begin + m / rows, (long long)r * N + col0,
                strided_offset(r * N, rank, shape, out_strides) + col0 * out_strides[rank - 1], true};
   }
   __device__ __forceinline__ const float* a_row(unsigned m) const {
     return a.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, a_strides));
+  }
+  // Row m's view of the prologue's extras (which single_b_tile has checked do not vary along n).
+  __device__ PrologueRow prologue_row(const Prologue& pro, unsigned m) const {
+    PrologueRow row;
+    const unsigned s = session_begin + m / rows, r = row0 + m % rows;
+#pragma unroll
+    for (int j = 0; j < kMaxPrologueExtras; ++j) {
+      const long long* strides = pro.strides + j * (rank + 1);
+      row.base[j] = j < pro.n_extra ? pro.extra[j].at(s, strided_offset(r * N, rank, shape, strides)) : nullptr;
+      row.k_stride[j] = j < pro.n_extra ? strides[rank] : 0;
+    }
+    return row;
   }
   __device__ __forceinline__ void store(const Epilogue& ep, const Row& r, unsigned n, float sum, bool& error) const {
     if (r.valid) *out.at(r.s, r.off + n * out_strides[rank - 1]) = ep.apply(sum, r.s, r.e + n, error);
@@ -914,28 +931,37 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
   const long long* out_strides = shape + rank + 1;
   const long long* a_strides = out_strides + rank;
   const long long* b_strides = a_strides + rank + 1;
-  const long long N = shape[rank - 1], K = shape[rank];
+  const unsigned N = (unsigned)shape[rank - 1];
+  const long long K = shape[rank];
   const bool one_session = t.session_end - t.session_begin == 1;
   if ((t.session_stride[1] != 0 && !one_session) || a_strides[rank - 1] != 0 || K >= (1LL << 31)) return false;
   const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
-  if (!pro.valid() || pro.n_extra != 0 || pro.n_code != 0) return false;
-  const long long row0 = t.elem_begin / N, rows = (t.elem_end - 1) / N - row0 + 1;
-  long long col0 = t.elem_begin % N, col1 = (t.elem_end - 1) % N + 1;
+  if (!pro.valid()) return false;
+  #pragma unroll 1
+  for (int j = 0; j < pro.n_extra; ++j)
+    if (pro.strides[j * (rank + 1) + rank - 1] != 0) return false;
+  const unsigned row0 = t.elem_begin / N, rows = (t.elem_end - 1) / N - row0 + 1;
+  unsigned col0 = t.elem_begin % N, col1 = (t.elem_end - 1) % N + 1;
   if (rows > 1) {
+    // Whole rows that read one matrix: the dims b varies along are constant over them, the rows within one
+    // block of the dims after the last such dim (wave-to-wpk's row_tiles cuts tiles so).
     if (t.elem_begin % N || t.elem_end % N) return false;
+    unsigned block = 1;
+    int d = rank - 2;
     #pragma unroll 1
-    for (int d = 0; d < rank - 1; ++d)
-      if (b_strides[d] != 0) return false;
+    for (; d >= 0 && b_strides[d] == 0; --d) block *= (unsigned)shape[d];
+    if (d >= 0 && row0 / block != (row0 + rows - 1) / block) return false;
     col0 = 0;
     col1 = N;
   }
   const long long M = (long long)(t.session_end - t.session_begin) * rows;
   if (M >= (1LL << 31)) return false;
-  tile = MatmulTile{rank, shape, out_strides, a_strides, N, a_strides[rank], b_strides[rank], b_strides[rank - 1],
-                    row0, rows, col0, t.session_begin, (unsigned)M, (unsigned)K, (unsigned)(col1 - col0),
+  tile = MatmulTile{rank, shape, out_strides, a_strides, a_strides[rank], b_strides[rank], b_strides[rank - 1],
+                    N, row0, rows, col0, t.session_begin, (unsigned)M, (unsigned)K, col1 - col0,
                     operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
                     operand(t, arena_base, 1).at(t.session_begin, strided_offset(row0 * N, rank, shape, b_strides) +
-                                                                    col0 * b_strides[rank - 1])};
+                                                                    col0 * b_strides[rank - 1]),
+                    b_strides + rank + 1, pro.n_extra != 0 || pro.n_code != 0};
   ep_words = pro.end;
   return true;
 }
@@ -972,27 +998,6 @@ struct MatmulTileOps {
   }
 };
 
-// Runs the task as a tiled MATMUL and returns true, or returns false with nothing done when the task is not
-// of that form or fills less than a quarter of a block.
-__device__ __noinline__ bool matmul_tiled_body(const Payload& t, const long long* __restrict__ p,
-                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
-  MatmulTile tile;
-  const long long* ep_words;
-  if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
-  if (tile.M < kTgM || tile.n_cols < kTgN / 4) return false;  // the streaming GEMM or lane groups do better
-  const Epilogue ep(t, arena_base, ep_words, 2);
-  bool error = false;
-  if (tile.bk == 1) {
-    MatmulTileOps<true> ops{tile, ep, {}};
-    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
-  } else {
-    MatmulTileOps<false> ops{tile, ep, {}};
-    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
-  }
-  if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
-  return true;
-}
-
 // ---- The weight-streaming GEMM (small M) -----------------------------------------------------------
 // A MATMUL tile of too few rows for the tiled GEMM, whose b is one matrix for all its rows stored
 // n-contiguous (b[k, n], bn = 1: ONNX MatMul's [K, N] initializer, a ring cache's [slot, dim]), is bound by
@@ -1008,15 +1013,16 @@ __device__ __noinline__ bool matmul_tiled_body(const Payload& t, const long long
 constexpr bool kStreamGemm = true;
 constexpr int kSvDepth = 4;  // steps of b loads a thread has in flight
 
-// Which threads own which columns: lanes take Qp column vectors (a power of two from 4 to 32) and 32 / Qp
-// slices of k; warps split into G groups of Wg, one per Qp vectors. Warps past G * Wg, and lanes past the
-// tile's Q vectors, idle (they still join every barrier and shuffle). Qp >= 4 keeps R <= blockDim / 4, so a
-// chunk of A holds a whole number of kSvDepth steps.
+// Which threads own which columns: lanes take Qp column vectors (a power of two from kSvDepth to 32) and
+// 32 / Qp slices of k; warps split into G groups of Wg, one per Qp vectors. Warps past G * Wg, and lanes past
+// the tile's Q vectors, idle (they still join every barrier and shuffle). Qp >= kSvDepth keeps
+// R <= blockDim / kSvDepth, so a chunk of A holds a whole number of kSvDepth steps.
+static_assert(kSvDepth >= 1 && kSvDepth <= 32 && (kSvDepth & (kSvDepth - 1)) == 0, "kSvDepth: a power of two");
 struct StreamLayout {
   unsigned Qp, G, Wg, R, slice, q;
   bool active;
   __device__ explicit StreamLayout(unsigned Q) {
-    Qp = 4;
+    Qp = kSvDepth;
     while (Qp < Q && Qp < 32) Qp *= 2;
     G = (Q + Qp - 1) / Qp;
     Wg = blockDim.x / 32 / G;
@@ -1054,10 +1060,12 @@ __device__ __forceinline__ float ld_global(const float* at) {
   return v;
 }
 
+// `pro`: the tile's prologue, or null when it is the identity.
 template <int kVec>
-__device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
+__device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue* pro, const Epilogue& ep, bool& error) {
   float* smem = gemm_smem();
   __shared__ const float* arow[kSvRows];
+  __shared__ PrologueRow prow[kSvRows];  // the rows' views of the prologue's extras, when there is one
   const StreamLayout L(tile.n_cols / kVec);
   const unsigned ncolp = L.G * L.Qp * kVec;  // the columns the layout covers, past n_cols included
   const unsigned spc = blockDim.x / L.R / kSvDepth * kSvDepth, KC = spc * L.R;  // a chunk: spc steps, KC k rows
@@ -1070,6 +1078,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Epilogue&
     const unsigned rows = min((unsigned)kSvRows, tile.M - m0);
     __syncthreads();  // the previous pass is done with arow and the staging
     if (threadIdx.x < rows) arow[threadIdx.x] = tile.a_row(m0 + threadIdx.x);
+    if (pro && threadIdx.x < rows) prow[threadIdx.x] = tile.prologue_row(*pro, m0 + threadIdx.x);
     __syncthreads();
     const float* my_a = sm < rows ? arow[sm] : nullptr;
     auto load_step = [&](unsigned i) {
@@ -1079,19 +1088,31 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Epilogue&
     Vec<kVec> b[kSvDepth];
 #pragma unroll
     for (unsigned j = 0; j < kSvDepth; ++j) b[j] = load_step(j);
-    for (unsigned c0 = 0; c0 < steps; c0 += spc) {
-      // Stage the chunk's A^T (k-major: a k row's kSvRows values adjacent), its loads all in flight at once.
-      float a[kSvRows];
+    // This thread's share of the chunk of A^T (k-major: a k row's kSvRows values adjacent) at step c0, loaded
+    // a chunk ahead of its staging.
+    float a[kSvRows];
+    auto load_a = [&](unsigned c0) {
 #pragma unroll
       for (unsigned u = 0; u < kSvRows; ++u) {
         const unsigned k = c0 * L.R + sk + u * s_stride;
-        a[u] = my_a && sk + u * s_stride < KC && k < tile.K ? ld_global(my_a + k * tile.ak) : 0.0f;
+        a[u] = my_a && c0 < steps && sk + u * s_stride < KC && k < tile.K ? ld_global(my_a + k * tile.ak) : 0.0f;
       }
+      if (pro && my_a) {  // a prologue (a norm's scale, softmax's division) applies once per staged value
+#pragma unroll
+        for (unsigned u = 0; u < kSvRows; ++u) {
+          const unsigned k = c0 * L.R + sk + u * s_stride;
+          if (c0 < steps && sk + u * s_stride < KC && k < tile.K) a[u] = prow[sm].apply(*pro, a[u], k, error);
+        }
+      }
+    };
+    load_a(0);
+    for (unsigned c0 = 0; c0 < steps; c0 += spc) {
       __syncthreads();  // the previous chunk's products are done
 #pragma unroll
       for (unsigned u = 0; u < kSvRows; ++u)
         if (sk + u * s_stride < KC) smem[(sk + u * s_stride) * kSvRows + sm] = a[u];
       __syncthreads();
+      load_a(c0 + spc);
       const unsigned c1 = min(c0 + spc, steps);
       for (unsigned i0 = c0; i0 < c1; i0 += kSvDepth) {
 #pragma unroll
@@ -1139,19 +1160,32 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Epilogue&
   __syncthreads();  // the staging is free for the block's next task
 }
 
-// Runs the task as a streaming MATMUL and returns true, or returns false with nothing done when the task is
-// not of that form (b n-contiguous, at most 32 column vectors a warp).
-__device__ __noinline__ bool matmul_stream_body(const Payload& t, const long long* __restrict__ p,
-                                                char* const* arena_base, unsigned* out_epoch, unsigned beat) {
+// Runs the task on a GEMM body and returns true: the tiled GEMM for a tile of at least kTgM rows and a quarter
+// of a block's columns, else the streaming GEMM when b is n-contiguous (at most 32 column vectors a warp); or
+// returns false with nothing done (the lane-group body's tiles).
+__device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long* __restrict__ p,
+                                              char* const* arena_base, unsigned* out_epoch, unsigned beat) {
   MatmulTile tile;
   const long long* ep_words;
-  if (!single_b_tile(t, p, arena_base, tile, ep_words) || tile.bn != 1) return false;
+  if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
+  const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgM && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % 4 == 0 && tile.bk % 4 == 0 && reinterpret_cast<uintptr_t>(tile.pb) % 16 == 0;
-  if ((vec4 ? tile.n_cols / 4 : tile.n_cols) > 32 * (blockDim.x / 32)) return false;
-  const Epilogue ep(t, arena_base, ep_words, 2);
+  const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / 4 : tile.n_cols) <= 32 * (blockDim.x / 32);
+  if (!tiled && !stream) return false;
+  const Prologue pro(t, arena_base, tile.prologue, tile.rank);
+  const Epilogue ep(t, arena_base, ep_words, 2 + pro.n_extra);
   bool error = false;
-  if (vec4) stream_gemm<4>(tile, ep, error);
-  else stream_gemm<1>(tile, ep, error);
+  if (tiled && tile.bk == 1) {
+    MatmulTileOps<true> ops{tile, ep, {}};
+    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
+  } else if (tiled) {
+    MatmulTileOps<false> ops{tile, ep, {}};
+    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
+  } else if (vec4) {
+    stream_gemm<4>(tile, tile.has_prologue ? &pro : nullptr, ep, error);
+  } else {
+    stream_gemm<1>(tile, tile.has_prologue ? &pro : nullptr, ep, error);
+  }
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
   return true;
 }
@@ -1240,21 +1274,24 @@ struct ConvTileOps {
   }
 };
 
-// Runs the task as a tiled CONV and returns true, or returns false with nothing done when the task is not of
-// that form or fills less than a quarter of a block (conv_body's lane groups do better).
-__device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+// Whether the task is of the tiled CONV's form and fills at least a quarter of a block (else conv_body's lane
+// groups do better). Inlined in run_task: a call only to decline cost a one-session tile ~700 cycles
+// (printf probe, bench/RESULTS.md eighth run).
+// Every index of the tile fits 32 bits: a session's output elements do (the payload's fields are 32-bit), its
+// rows and input elements are checked.
+__device__ __forceinline__ bool conv_tiles_as_gemm(const Payload& t, const long long* __restrict__ p) {
+  const long long T = p[8], rows = (long long)(t.session_end - t.session_begin) * T;
+  return p[1] == 1 && p[2] == 1 && p[5] == 1 && t.session_stride[1] == 0 && rows >= kTgM && rows < (1LL << 31) &&
+         p[3] * p[7] < (1LL << 31) && t.elem_begin % T == 0 && t.elem_end % T == 0 &&
+         (t.elem_end - t.elem_begin) / T >= kTgN / 4;
+}
+
+// The tiled CONV of a task conv_tiles_as_gemm takes.
+__device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                                              unsigned* out_epoch, unsigned beat) {
-  const int nsp = (int)p[1];
-  const long long batch = p[2], group = p[5], has_bias = p[6];
-  if (nsp != 1 || batch != 1 || group != 1 || t.session_stride[1] != 0) return false;
-  // Every index of the tile fits 32 bits: a session's output elements do (the payload's fields are 32-bit),
-  // its rows and input elements are checked.
+  const long long has_bias = p[6];
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
-  if (t.elem_begin % T || t.elem_end % T) return false;
-  const long long rows = (long long)(t.session_end - t.session_begin) * T;
-  if (rows < kTgM || rows >= (1LL << 31) || (long long)c_in * L >= (1LL << 31)) return false;
-  const unsigned M = (unsigned)rows, U = (t.elem_end - t.elem_begin) / T;
-  if (U < kTgN / 4) return false;
+  const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T;
   const unsigned u0 = t.elem_begin / T, K = c_in * KW;
   const Epilogue ep(t, arena_base, p + 13, has_bias ? 3 : 2);
   ConvTileOps ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0,
@@ -1264,30 +1301,30 @@ __device__ __noinline__ bool conv_tiled_body(const Payload& t, const long long* 
   bool error = false;
   tiled_gemm(ops, M, U, K, error);
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
-  return true;
 }
 
 // Not inlined: the kernel's register budget (128 at 512 threads) then holds per body, not summed.
 __device__ __noinline__ void conv_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                                        unsigned* out_epoch, unsigned beat) {
-  if (kTiledGemm && kTgFits && conv_tiled_body(t, p, arena_base, out_epoch, beat)) return;
   const int nsp = (int)p[1];
-  const long long c_in = p[3], c_out = p[4], group = p[5], has_bias = p[6];
+  // A session's elements, input and output, and its weights' taps fit 32 bits (the payload's element
+  // range is 32-bit): 32-bit divisions, not 64-bit library calls.
+  const unsigned c_in = (unsigned)p[3], c_out = (unsigned)p[4], group = (unsigned)p[5];
+  const long long has_bias = p[6];
   const long long* in_sp = p + 7;
   const long long* out_sp = in_sp + nsp;
   const long long* kernel = out_sp + nsp;
   const long long* stride = kernel + nsp;
   const long long* pad = stride + nsp;
   const long long* dilation = pad + nsp;
-  long long in_total = 1, out_total = 1, k_total = 1;
+  unsigned in_total = 1, out_total = 1, k_total = 1;
   #pragma unroll 1
   for (int d = 0; d < nsp; ++d) {
-    in_total *= in_sp[d];
-    out_total *= out_sp[d];
-    k_total *= kernel[d];
+    in_total *= (unsigned)in_sp[d];
+    out_total *= (unsigned)out_sp[d];
+    k_total *= (unsigned)kernel[d];
   }
-  const long long cg = c_in / group, og = c_out / group;
-  const unsigned taps = (unsigned)(cg * k_total);
+  const unsigned cg = c_in / group, og = c_out / group, taps = cg * k_total;
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView x = operand(t, arena_base, 0);
   const OperandView w = operand(t, arena_base, 1);
@@ -1301,28 +1338,28 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
     const unsigned o_idx = base + g.group;
     const bool active = o_idx < g.outputs;
     float acc[kConvSessions] = {};
-    unsigned s0 = 0, ns = 0;
-    long long e = 0, o = 0;
+    unsigned s0 = 0, ns = 0, e = 0, o = 0;
     if (active) {
       s0 = t.session_begin + (o_idx / g.per_session) * block;
       ns = min(block, t.session_end - s0);
       e = t.elem_begin + o_idx % g.per_session;
-      const long long n = e / (c_out * out_total);
+      const unsigned n = e / (c_out * out_total);
       o = (e / out_total) % c_out;
       long long origin[kMaxConvSpatial];
-      long long rem_y = e % out_total;
+      unsigned rem_y = e % out_total;
 #pragma unroll
       for (int d = kMaxConvSpatial - 1; d >= 0; --d) {
         if (d < nsp) {
-          origin[d] = (rem_y % out_sp[d]) * stride[d] - pad[d];
-          rem_y /= out_sp[d];
+          const unsigned dim = (unsigned)out_sp[d];
+          origin[d] = (long long)(rem_y % dim) * stride[d] - pad[d];
+          rem_y /= dim;
         }
       }
-      const float* px = x.at(s0, (n * c_in + (o / og) * cg) * in_total);
+      const float* px = x.at(s0, ((long long)n * c_in + (o / og) * cg) * in_total);
       // Session r's x is px + r * xs; rows past the tile's last session read session s0's (in bounds, not
       // written).
       const long long xs = (long long)(x.sstride / sizeof(float));
-      const float* pw = w.at(s0, o * cg * k_total);
+      const float* pw = w.at(s0, (long long)o * cg * k_total);
       if (nsp == 1) {
         // 1-D (every streaming audio conv): walk (channel, tap) incrementally, no division per tap;
         // consecutive lanes read consecutive weights.
@@ -1480,7 +1517,7 @@ __device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, c
         #pragma unroll 4
         for (long long j = lane; j < r_total; j += lanes) acc.add(row[j * step]);
       } else {
-        for (long long j = lane; j < r_total; j += lanes) acc.add(row[strided_offset(j, rrank, rshape, rstrides)]);
+        for (long long j = lane; j < r_total; j += lanes) acc.add(row[strided_offset((unsigned)j, rrank, rshape, rstrides)]);
       }
     }
     for (unsigned off = width / 2; off > 0; off /= 2) acc.shuffle_merge(off, width);
@@ -1495,7 +1532,7 @@ __device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, c
   }
 }
 
-__device__ void reduce_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+__device__ __noinline__ void reduce_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                             unsigned* out_epoch, unsigned beat) {
   switch ((int)p[1]) {
 $reduce_cases
@@ -1567,8 +1604,7 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ p, char
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
     case kOpMatmul:
-      if (kTiledGemm && kTgFits && matmul_tiled_body(t, p, arena_base, out_epoch, beat)) break;
-      if (kStreamGemm && matmul_stream_body(t, p, arena_base, out_epoch, beat)) break;
+      if ((kTiledGemm || kStreamGemm) && matmul_gemm_body(t, p, arena_base, out_epoch, beat)) break;
       matmul_body(t, p, arena_base, out_epoch, beat);
       break;
     case kOpConv:
@@ -1576,7 +1612,8 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ p, char
         if (threadIdx.x == 0) record_error(out_epoch, kErrBadOpcode, t.task, 0, t.opcode, (unsigned)p[1], beat);
         return;
       }
-      conv_body(t, p, arena_base, out_epoch, beat);
+      if (kTiledGemm && kTgFits && conv_tiles_as_gemm(t, p)) conv_tiled_body(t, p, arena_base, out_epoch, beat);
+      else conv_body(t, p, arena_base, out_epoch, beat);
       break;
     case kOpReduce: reduce_body(t, p, arena_base, out_epoch, beat); break;
     default:
