@@ -114,10 +114,10 @@ PROLOGUE = dict(rows=3, k=40, n=6, eps=1e-5, tiles=[(0, 7), (7, 13), (13, 18)], 
 # K = 1100 is 35 chunks of the tiled GEMM. A prologue keeps every tile on the lane-group body.
 LARGE = dict(rows=3, k=1100, n=256, eps=1e-5, tiles=[(0, 128), (128, 254), (254, 256), (256, 768)], prologue=True,
              w_nk=False)
-# LARGE without the prologue: at 300 sessions every tile but the 2-column one takes the tiled GEMM (kTiledGemm),
-# its weight read along n, and the 2-column one the streaming GEMM (kStreamGemm), as every tile does at 5
-# sessions (one aligned, one unaligned, two rows of M = 10); TILED_NK stores W as [n, k], read along k (the
-# streaming GEMM declines it: lane groups).
+# LARGE without the prologue: at 300 sessions every tile but the 2-column one (lane groups: 300 rows) takes the
+# tiled GEMM (kTiledGemm), its weight read along n; at 5 sessions every tile takes the streaming GEMM
+# (kStreamGemm: one aligned, one unaligned, two rows of M = 10), as LARGE's do with their prologue; TILED_NK
+# stores W as [n, k], read along k (the streaming GEMM declines it: lane groups).
 TILED = {**LARGE, "prologue": False}
 TILED_NK = {**TILED, "w_nk": True}
 
@@ -263,15 +263,16 @@ def ptxas_compile(tmp_path, src: str) -> str:
 # Spill bytes (stores or loads, per function) each shipped target's block size may cost: none at 256
 # threads (255 registers). At the H200's 512 (128 registers), which measured 1.5x faster than 256 threads
 # (bench/RESULTS.md), the seventh run's kernel spilled up to 1,768 bytes of loads (the tiled GEMM's epilogues)
-# and 1,388 in the persistent function. Calling one copy of the bytecode interpreter, the epilogue and the
-# offset arithmetic instead of inlining them (eighth run) cut the kernel's code from 1,011 KB to 273 KB and its
-# spills to 864 bytes of loads (matmul_tiled_body's epilogues; its k loop has none, nvdisasm); the streaming
-# GEMM (stream_gemm<4>) spills 212, a few words its chunk loop reloads. More would mean a body grew.
+# and 1,388 in the persistent function. The eighth run made every body a function of its own and calls one
+# copy of the bytecode interpreter, the epilogue and the offset arithmetic: the kernel's code went from
+# 1,011 KB to ~300 KB, the persistent function (the scheduler loop) spills under 150 bytes (inlined bodies had
+# made duplex:1b's spill 4 KB around its calls), and the most is matmul_gemm_body's tiled epilogues (~500
+# bytes of loads; its k loop has none, nvdisasm). More would mean a body grew.
 MAX_SPILL_BYTES = {256: 12, 512: 1000}
 # The functions ptxas compiles apart (the kernel's entry points and what they call without inlining it).
 NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "conv_body", "conv_tiled_body", "matmul_gemm_body",
-               "stream_gemmILi1", "stream_gemmILi4", "run_code", "Epilogue5apply",
-               "strided_offset", "reduce_body")
+               "stream_gemmILi1", "stream_gemmILi4", "run_code", "Epilogue10apply_code",
+               "strided_offset", "reduce_body", "ewise_body", "matmul_body")
 
 
 @needs_nvcc
@@ -444,8 +445,8 @@ def test_a_kernel_switch_is_set_by_name_and_an_unknown_one_refused():
                          ids=["prologue", "large", "tiled", "tiled-nk", "stream", "lane-groups"])
 @pytest.mark.parametrize("sessions", [5, 300])
 def test_cuda_prologue_matches_interp_and_reference(sessions, dims, switches):
-    """TILED at 5 sessions, and its 2-column tile at 300, run the streaming GEMM; ``switches`` turned off
-    leave it every tile ("stream"), or give them all to the lane-group body."""
+    """TILED and LARGE at 5 sessions run the streaming GEMM; ``switches`` turned off leave it every tile it
+    takes ("stream"), or give them all to the lane-group body."""
     from wavec.targets.interp import run_beats as interp_run
 
     profile, weights = build_prologue_profile(sessions=sessions, dims=dims)

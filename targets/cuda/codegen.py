@@ -511,11 +511,14 @@ struct Epilogue {
     for (int k = 0; k < kMaxInputs - 1; ++k)
       extra[k] = k < n_extra && first + k < kMaxInputs ? operand(t, arena_base, first + k) : OperandView{nullptr, 0};
   }
-  // The stored value of session s's flat output element e whose accumulated value is acc. A session's
-  // elements are counted in 32 bits (the payload's elem_begin / elem_end), so e's index along each dim is
-  // too: 64-bit division is a library call, once per dim and output.
-  __device__ __noinline__ float apply(float acc, unsigned s, long long e, bool& error) const {
-    if (n_code == 0) return acc;
+  // The stored value of session s's flat output element e whose accumulated value is acc. The identity is
+  // decided inline (a call per output costs a small tile's stores more than its loads).
+  __device__ __forceinline__ float apply(float acc, unsigned s, long long e, bool& error) const {
+    return n_code == 0 ? acc : apply_code(acc, s, e, error);
+  }
+  // A session's elements are counted in 32 bits (the payload's elem_begin / elem_end), so e's index along
+  // each dim is too: 64-bit division is a library call, once per dim and output.
+  __device__ __noinline__ float apply_code(float acc, unsigned s, long long e, bool& error) const {
     float vals[kMaxInputs] = {acc};
     if (n_extra > kMaxInputs - 1 || first + n_extra > kMaxInputs) {
       error = true;
@@ -584,8 +587,10 @@ $ewise_generated
 
 // EWISE: out[idx] = expr(in_0[idx], ...). Words: EWISE, rank, shape[rank], out_strides[rank], n_in,
 // in_strides[n_in][rank], n_code, code[n_code], body; insn = kind << 40 | code << 32 | arg. A task whose
-// body (>= 0) is generated runs it; the bytecode interpreter runs the others.
-__device__ void ewise_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+// body (>= 0) is generated runs it; the bytecode interpreter runs the others. Every body is a function of its
+// own (not inlined): the persistent loop keeps its registers, where inlined bodies had made it spill around
+// every call (4 KB of spill loads in duplex:1b's kernel).
+__device__ __noinline__ void ewise_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                            unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
@@ -649,7 +654,7 @@ struct LaneGroups {
 // MATMUL: out[idx] = epilogue(sum_k prologue(a[idx, k]) * b[idx, k]). Words: MATMUL, rank, shape[rank], K,
 // out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), prologue, epilogue.
 // Inputs: a, b, the prologue's extras, the epilogue's extras.
-__device__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+__device__ __noinline__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                             unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
@@ -1066,6 +1071,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue*
   float* smem = gemm_smem();
   __shared__ const float* arow[kSvRows];
   __shared__ PrologueRow prow[kSvRows];  // the rows' views of the prologue's extras, when there is one
+  __shared__ MatmulTile::Row orow[kSvRows];  // where the rows' outputs go
   const StreamLayout L(tile.n_cols / kVec);
   const unsigned ncolp = L.G * L.Qp * kVec;  // the columns the layout covers, past n_cols included
   const unsigned spc = blockDim.x / L.R / kSvDepth * kSvDepth, KC = spc * L.R;  // a chunk: spc steps, KC k rows
@@ -1078,6 +1084,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue*
     const unsigned rows = min((unsigned)kSvRows, tile.M - m0);
     __syncthreads();  // the previous pass is done with arow and the staging
     if (threadIdx.x < rows) arow[threadIdx.x] = tile.a_row(m0 + threadIdx.x);
+    if (threadIdx.x >= 32 && threadIdx.x < 32 + rows) orow[threadIdx.x - 32] = tile.row(m0 + threadIdx.x - 32);
     if (pro && threadIdx.x < rows) prow[threadIdx.x] = tile.prologue_row(*pro, m0 + threadIdx.x);
     __syncthreads();
     const float* my_a = sm < rows ? arow[sm] : nullptr;
@@ -1153,7 +1160,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue*
         const unsigned m = i / tile.n_cols, n = i % tile.n_cols;
         float sum = 0.0f;
         for (unsigned w = 0; w < L.Wg; ++w) sum += smem[(w * round + m) * ncolp + n];
-        tile.store(ep, tile.row(m0 + r0 + m), n, sum, error);
+        tile.store(ep, orow[r0 + m], n, sum, error);
       }
     }
   }
@@ -1170,7 +1177,14 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
   const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgM && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % 4 == 0 && tile.bk % 4 == 0 && reinterpret_cast<uintptr_t>(tile.pb) % 16 == 0;
-  const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / 4 : tile.n_cols) <= 32 * (blockDim.x / 32);
+  // The streaming GEMM costs a tile ~10 us whatever its size (one-session Silero, K = 128 x 32 columns: a printf
+  // probe of its phases, bench/RESULTS.md eighth run), where lane groups cost ~2 us plus a memory round trip
+  // for every 4 loads a lane makes along K: it takes the tiles whose lanes would make 16 loads or more, in at
+  // most kTgM / kSvRows passes (a 2,048-row mat-vec of duplex:1b's state took 1 ms in 256 passes).
+  unsigned lanes = 1;
+  while (lanes < 32 && 2 * lanes * tile.M * tile.n_cols <= blockDim.x) lanes *= 2;
+  const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / 4 : tile.n_cols) <= 32 * (blockDim.x / 32) &&
+                      tile.M <= kTgM && tile.K >= 16 * lanes;
   if (!tiled && !stream) return false;
   const Prologue pro(t, arena_base, tile.prologue, tile.rank);
   const Epilogue ep(t, arena_base, ep_words, 2 + pro.n_extra);
