@@ -270,9 +270,9 @@ def ptxas_compile(tmp_path, src: str) -> str:
 # bytes of loads; its k loop has none, nvdisasm). More would mean a body grew.
 MAX_SPILL_BYTES = {256: 12, 512: 1000}
 # The functions ptxas compiles apart (the kernel's entry points and what they call without inlining it).
-NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "conv_body", "conv_tiled_body", "matmul_gemm_body",
-               "stream_gemmILi1", "stream_gemmILi4", "run_code", "Epilogue10apply_code",
-               "strided_offset", "reduce_body", "ewise_body", "matmul_body")
+NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "ewise_body", "matmul_body", "matmul_gemm_body",
+               "stream_gemmILi1ELb0", "stream_gemmILi1ELb1", "stream_gemmILi4ELb0", "stream_gemmILi4ELb1",
+               "conv_body", "conv_tiled_body", "reduce_body", "run_code", "Epilogue10apply_code", "strided_offset")
 
 
 @needs_nvcc
