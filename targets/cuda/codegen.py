@@ -1518,17 +1518,9 @@ __device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, c
     long long out_off = 0;
     if (o < outputs) {
       s = t.session_begin + o / per_session;
-      long long in_off = 0;
-      unsigned rem = t.elem_begin + o % per_session;
-      #pragma unroll 1
-      for (int d = rank - 1; d >= 0; --d) {
-        const unsigned dim = (unsigned)shape[d];
-        const long long i = rem % dim;
-        rem /= dim;
-        out_off += i * out_strides[d];
-        in_off += i * in_strides[d];
-      }
-      const float* row = in.at(s, in_off);
+      const unsigned e = t.elem_begin + o % per_session;
+      out_off = strided_offset(e, rank, shape, out_strides);
+      const float* row = in.at(s, strided_offset(e, rank, shape, in_strides));
       if (rrank == 1) {
         const long long step = rstrides[0];
         #pragma unroll 4
