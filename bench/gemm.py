@@ -14,7 +14,8 @@ times ``--beats`` beats of
   the weight-streaming GEMM (kStreamGemm) the others;
 - ``stream``: the same kernel with ``kTiledGemm = false`` (the streaming GEMM for every tile);
 - ``lane``: with both off (the lane-group MATMUL body for every tile);
-  (``--set``: a constexpr switch of all three, as gpu_check.py --set, e.g. ``kSvDepth=8``)
+  (``--set``: a constexpr switch of all three, as gpu_check.py --set, e.g. ``kSvDepth=8``; each variant's own
+  switches are set after it, so ``--set`` cannot turn a variant into another)
 - ``eager`` / ``graph``: PyTorch fp32 (TF32 off) on the same weights and frames, the whole cohort batched
   ([S, dim] @ [dim, dim] per layer, cuBLAS), eager and replayed as one CUDA graph; wall time per beat
   including the host's synchronize, as a beat's deadline sees it.
@@ -148,7 +149,10 @@ def hbm_read_gbps() -> float:
         end.record()
         torch.cuda.synchronize()
         best = min(best, start.elapsed_time(end) / 1e3)
-    return x.numel() * 4 / best / 1e9
+    gbps = x.numel() * 4 / best / 1e9
+    del x
+    torch.cuda.empty_cache()
+    return gbps
 
 
 def run_profiles(args) -> list[dict]:
@@ -201,7 +205,7 @@ def run_profiles(args) -> list[dict]:
 
 
 COLUMNS = ["sessions", "tasks", "weight_MB", "wavec_p50", "wavec_p99", "stream_p50", "lane_p50", "eager_p50", "graph_p50",
-           "floor_us", "wavec_GBps", "of_hbm", "wavec_over_peer", "wavec_err", "stream_err", "lane_err", "torch_err", "ok"]
+           "floor_us", "wavec_GBps", "hbm_read_GBps", "of_hbm", "wavec_over_peer", "wavec_err", "stream_err", "lane_err", "torch_err", "ok"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,6 +114,16 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple
     ]
 
 
+def per_session_b_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
+                        row_block: int) -> list[tuple[int, int, int, int]]:
+    """Tiles of a MATMUL whose b is per session: `row_tiles` when the cohort leaves one session a tile (the
+    GEMM bodies take a per-session b only then), else `tiles`, whose fewer tiles the lane-group body runs (row
+    cuts had raised duplex:1b's tasks at 132 sessions from 413,906 to 505,778 for nothing)."""
+    if tile_sizes(sessions, rows * cols, workers, min_elems)[0] == 1:
+        return row_tiles(sessions, rows, cols, workers, min_elems, row_block)
+    return tiles(sessions, rows * cols, workers, min_elems)
+
+
 def rows_per_b(params: MatmulParams) -> int:
     """How many consecutive output rows of a MATMUL read the same matrix of b: the product of the output's
     row dims after the last one b has a non-zero stride along (all rows when there is none)."""
@@ -271,7 +281,7 @@ class _Lowering:
             rows = params.n_elems // cols
             if not ins[1].per_session:
                 return weight_gemm_tiles(sessions, rows, cols, params.k, self.workers, min_elems)
-            return row_tiles(sessions, rows, cols, self.workers, min_elems, rows_per_b(params))
+            return per_session_b_tiles(sessions, rows, cols, self.workers, min_elems, rows_per_b(params))
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, self.workers, min_elems)
         return tiles(sessions, params.n_elems, self.workers, min_elems)

@@ -9,13 +9,16 @@ The kernel is the one `scripts/gpu_check.py` and the benches build (the profile'
 EWISE bodies included), so the cache key matches there as long as nvcc's version does (cuda 13.0.88 on
 both, 2026-11). Prints per profile: seconds, the cubin, and ptxas' registers and spills. ``--regenerate``
 first rewrites each profile's kernel.cu from this checkout's codegen (its profile.json unchanged), so profiles
-compiled before a kernel change run the changed kernel without recompiling their model.
+compiled before a kernel change run the changed kernel without recompiling their model; it assumes the payload
+format (wavec.payload, wavec.opcodes) did not change, and needs apache-tvm when the profile has generated EWISE
+bodies.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,11 +39,18 @@ def build(directory: Path, constants: list[str] = (), regenerate: bool = False) 
     t0 = time.perf_counter()
     profile = load(directory)
     if regenerate:
-        profile.kernel_source = generate_kernel(profile.meta)
-        (directory / "kernel.cu").write_text(profile.kernel_source)
+        source = generate_kernel(profile.meta)
+        lost = "apache-tvm was not importable"
+        if lost in source and lost not in profile.kernel_source:
+            raise SystemExit(f"scripts/prebuild_cubins.py: --regenerate: {directory}'s kernel has generated EWISE bodies "
+                             "and this machine's apache-tvm cannot regenerate them; run it where apache-tvm imports")
+        profile.kernel_source = source
+        (directory / "kernel.cu").write_text(source)
     cubin = nvcc.build_cubin(kernel_for(profile, False, constants=constants))
-    report = " ".join(line.strip() for line in nvcc.build_report(cubin).splitlines() if "spill" in line or "registers" in line)
-    return f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}; {report}"
+    spills = re.findall(r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
+                        r"(\d+) bytes spill loads", nvcc.build_report(cubin))
+    report = ", ".join(f"{name} {stores}/{loads}" for name, stores, loads in spills if stores != "0" or loads != "0")
+    return f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}; spill bytes (stores/loads): {report or 'none'}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -396,6 +396,15 @@ def test_hw_threads_per_block_sizes_the_kernel_block(tmp_path):
     assert "constexpr unsigned kBlockThreads = 512;" in (out / "kernel.cu").read_text()
 
 
+def test_hw_file_named_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """`--hw t32.yaml` (no slash): the pipeline spec quotes the file name, which xDSL's lexer would split at
+    the dot ("Unknown token")."""
+    hw = _hw(tmp_path)
+    monkeypatch.chdir(hw.parent)
+    out = tmp_path / "p"
+    assert wavec_main(["compile", str(_tiny(tmp_path)), "--sessions", "2", "--hw", hw.name, *TINY_FLAGS, "-o", str(out)]) == 0
+
+
 # -- 9. run --inputs --------------------------------------------------------------------------------
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from wavec.opcodes import GEMM_COLS, ConvParams
-from wavec.passes.wave_to_wpk import row_tiles, rows_per_b, tiles, weight_conv_tiles, weight_gemm_tiles
+from wavec.passes.wave_to_wpk import (per_session_b_tiles, row_tiles, rows_per_b, tiles, weight_conv_tiles,
+                                      weight_gemm_tiles)
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
     (1, 1, 2048, 2048, 132, 8),
@@ -151,3 +152,14 @@ def test_rows_per_b_counts_the_rows_after_bs_last_batch_dim():
     assert rows_per_b(params((131072, 0, 1, 128))) == 4
     assert rows_per_b(params((0, 0, 1, 128))) == 16
     assert rows_per_b(params((0, 131072, 1, 128))) == 1
+
+
+@pytest.mark.parametrize("sessions", [8, 132, 1024])
+def test_per_session_b_cuts_rows_only_for_one_session_tiles(sessions):
+    """duplex:1b's ring attention context (16 rows of 128, 4 a head): one session a tile up to the workers' count,
+    row cuts; past it (several sessions a tile, which the GEMM bodies refuse for a per-session b), `tiles`."""
+    got = per_session_b_tiles(sessions, 16, 128, 132, 8, 4)
+    if sessions <= 132:
+        assert got == row_tiles(sessions, 16, 128, 132, 8, 4) and {t[1] - t[0] for t in got} == {1}
+    else:
+        assert got == tiles(sessions, 16 * 128, 132, 8)

@@ -1,5 +1,5 @@
 """The weight-streaming GEMM's index arithmetic (targets/cuda/codegen.py: StreamLayout and stream_gemm, run by
-matmul_stream_body unless kStreamGemm is false), mirrored in numpy thread by thread: which columns and k rows
+matmul_gemm_body unless kStreamGemm is false), mirrored in numpy thread by thread: which columns and k rows
 each thread loads in each chunk, where A's chunk is staged, how the lanes' and warps' partial sums are added,
 and every shared-memory index against the buffer's size. The mirror accumulates in float32 in the kernel's
 order, so against a float64 reference it agrees to fp32 rounding; a coverage or bounds failure is an index
@@ -108,6 +108,8 @@ CASES = [  # (M, K, n_cols, vec, threads): what they stand for
     (3, 70, 2048, 4, 512),    # the widest tile taken: 512 vectors, one warp a group
     (6, 300, 40, 4, 1024),    # 1,024 threads
     (2, 50, 8, 4, 128),       # 128 threads
+    (3, 90, 20, 4, 64),       # 64 threads (a target's threads_per_block may be any multiple of 32)
+    (5, 70, 12, 1, 32),       # 32 threads: one warp
 ]
 
 

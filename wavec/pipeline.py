@@ -42,8 +42,9 @@ def _option_value(value, variables: dict, where: str) -> str:
 
 
 def option_text(value) -> str:
-    """A pass option's value as a spec writes it: quoted unless it is a plain word or number."""
-    if isinstance(value, str) and not re.fullmatch(r"[\w.+-]+", value):
+    """A pass option's value as a spec writes it: quoted unless it is a plain word or number (a file name such
+    as ``t32.yaml`` is quoted: xDSL's pipeline lexer splits it at the dot)."""
+    if isinstance(value, str) and not re.fullmatch(r"\w+|[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", value):
         return '"' + value.replace('"', '\\"') + '"'
     return str(value)
 

@@ -1058,10 +1058,11 @@ __device__ __forceinline__ Vec<kVec> load_columns(const float* at) {
   return r;
 }
 
-// A's loads: coherent (A is written earlier in the beat) from a pointer the compiler cannot prove global.
+// A's loads: coherent (A is written earlier in the beat) from a pointer the compiler cannot prove global;
+// volatile, so none moves across the barriers around it.
 __device__ __forceinline__ float ld_global(const float* at) {
   float v;
-  asm("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(at));
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(at));
   return v;
 }
 
@@ -1084,8 +1085,10 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
   for (unsigned m0 = 0; m0 < tile.M; m0 += kSvRows) {
     const unsigned rows = min((unsigned)kSvRows, tile.M - m0);
     __syncthreads();  // the previous pass is done with arow and the staging
-    if (threadIdx.x < rows) arow[threadIdx.x] = tile.a_row(m0 + threadIdx.x);
-    if (threadIdx.x >= 32 && threadIdx.x < 32 + rows) orow[threadIdx.x - 32] = tile.row(m0 + threadIdx.x - 32);
+    if (threadIdx.x < rows) {
+      arow[threadIdx.x] = tile.a_row(m0 + threadIdx.x);
+      orow[threadIdx.x] = tile.row(m0 + threadIdx.x);
+    }
     if (kPrologue && threadIdx.x < rows) prow[threadIdx.x] = tile.prologue_row(pro, m0 + threadIdx.x);
     __syncthreads();
     const float* my_a = sm < rows ? arow[sm] : nullptr;
@@ -1453,8 +1456,8 @@ struct Partial {
   }
   __device__ void add(float v) {
     if constexpr (kKind == kReduce_logsumexp) merge({v, 1.0f});
-    else if constexpr (kKind == kReduce_max) a = fmaxf(a, v);
-    else if constexpr (kKind == kReduce_min) a = fminf(a, v);
+    else if constexpr (kKind == kReduce_max) a = isnan(a) || isnan(v) ? a + v : fmaxf(a, v);  // NaN stays, as numpy's
+    else if constexpr (kKind == kReduce_min) a = isnan(a) || isnan(v) ? a + v : fminf(a, v);
     else if constexpr (kKind == kReduce_prod) a *= v;
     else if constexpr (kKind == kReduce_sumsquare || kKind == kReduce_l2) a = fmaf(v, v, a);
     else if constexpr (kKind == kReduce_l1) a += fabsf(v);
@@ -1462,9 +1465,14 @@ struct Partial {
   }
   __device__ void merge(const Partial& o) {
     if constexpr (kKind == kReduce_logsumexp) {
+      if (isnan(a) || isnan(o.a)) {  // NaN propagates (fmaxf would drop it)
+        a = __int_as_float(0x7fffffff);
+        b = 1.0f;
+        return;
+      }
       const float m = fmaxf(a, o.a);
       if (isfinite(m)) b = (isfinite(a) ? b * expf(a - m) : 0.0f) + (isfinite(o.a) ? o.b * expf(o.a - m) : 0.0f);
-      else if (m > 0.0f || isnan(m)) b = 1.0f;  // +inf or NaN dominates; all -inf leaves b at 0
+      else if (m > 0.0f) b = 1.0f;  // +inf dominates; all -inf leaves b at 0
       a = m;
     } else if constexpr (kKind == kReduce_max || kKind == kReduce_min || kKind == kReduce_prod) {
       Partial p = *this;
