@@ -843,7 +843,7 @@ def test_zoo_names_are_clear_errors(tmp_path, capsys, model, message):
 
 
 @pytest.mark.parametrize("text, message", [
-    (None, "no such pipeline file"),
+    (None, "no such pipeline file, nor one wavec ships (default.yaml)"),
     ("passes: [wave-fuse", "not valid YAML"),
     ("description: x\n", "expected a mapping with a non-empty `passes` list"),
 ])
@@ -856,6 +856,16 @@ def test_wavec_opt_pipeline_file_errors_are_one_line(tmp_path, capsys, text, mes
     assert opt_main([str(ir), "-p", str(pipeline)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("wavec-opt: error:") and message in err[0], err
+
+
+@pytest.mark.parametrize("name", ["wavec/pipelines/default.yaml", "default.yaml"])
+def test_a_shipped_pipeline_is_found_by_name_from_any_directory(tmp_path, monkeypatch, name):
+    """The README's `-p wavec/pipelines/default.yaml`, run outside the repository: the package's own file."""
+    from wavec.pipeline import default_pipeline_text, pipeline_spec, spec_from_yaml
+
+    monkeypatch.chdir(tmp_path)
+    variables = {"sessions": 2, "workers": 4, "hw": "h200"}
+    assert pipeline_spec(name, variables) == spec_from_yaml(default_pipeline_text(), variables)
 
 
 @pytest.mark.parametrize("argv, message", [

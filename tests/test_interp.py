@@ -295,6 +295,10 @@ def test_save_load_round_trip_runs_the_same(tmp_path):
     f = frames_for(profile, np.random.default_rng(9), 3)
     again = load(profile.save(tmp_path / "acc"))
     assert np.array_equal(run(profile, f)["y"], run(again, f)["y"])
+    # A profile shows as one line (its profile.json can run to megabytes).
+    assert repr(again) == (f"Profile(model={again.meta['model']!r}, hw={again.meta.get('hw', '?')!r}, sessions={again.sessions}, "
+                           f"workers={again.meta['workers']}, tasks={len(again.payloads)}, "
+                           f"phases={len(again.meta.get('phases', []))})")
 
 
 # ---------------------------------------------------------------------------------------------

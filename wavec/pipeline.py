@@ -76,10 +76,16 @@ def spec_from_yaml(text: str, variables: dict | None = None, where: str = "pipel
 
 
 def pipeline_spec(source: str, variables: dict | None = None) -> str:
-    """`source` is a spec string (returned as is) or a path to a YAML pipeline file."""
+    """`source` is a spec string (returned as is) or a YAML pipeline file: a path, else the name of one wavec
+    ships (wavec/pipelines/, e.g. ``default.yaml``, so the README's commands work from any directory). Raises
+    WavecError when it is neither."""
     if not is_pipeline_file(source):
         return source
     path = Path(source)
-    if not path.is_file():
-        raise WavecError(f"--pipeline {source}: no such pipeline file")
-    return spec_from_yaml(path.read_text(), variables, where=str(path))
+    if path.is_file():
+        return spec_from_yaml(path.read_text(), variables, where=str(path))
+    shipped = resources.files("wavec") / "pipelines" / path.name
+    if shipped.is_file():
+        return spec_from_yaml(shipped.read_text(), variables, where=f"wavec/pipelines/{path.name}")
+    names = ", ".join(sorted(p.name for p in (resources.files("wavec") / "pipelines").iterdir() if is_pipeline_file(p.name)))
+    raise WavecError(f"--pipeline {source}: no such pipeline file, nor one wavec ships ({names})")

@@ -67,7 +67,7 @@ def param_extent(n_words: int, offsets) -> dict[str, int]:
     return {"param_words": n_words, "param_window": max((e - s for s, e in zip(starts, ends)), default=0)}
 
 
-@dataclass
+@dataclass(repr=False)
 class Profile:
     """A compiled cohort program. ``meta`` is profile.json's content (see the module docstring)."""
 
@@ -77,6 +77,11 @@ class Profile:
     weights: np.ndarray  # uint8: weights.bin, the weights arena less its generated weights (wavec.weights.stored_ranges)
     kernel_source: str = ""
     report: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # profile.json alone can run to megabytes
+        return (f"Profile(model={self.meta.get('model', '?')!r}, hw={self.meta.get('hw', '?')!r}, "
+                f"sessions={self.meta.get('sessions')}, workers={self.meta.get('workers')}, "
+                f"tasks={len(self.payloads)}, phases={len(self.meta.get('phases', []))})")
 
     @property
     def generated_weights(self) -> list[dict]:
