@@ -1066,8 +1066,9 @@ __device__ __forceinline__ float ld_global(const float* at) {
   return v;
 }
 
-// `pro`: the tile's prologue when kPrologue (a separate instantiation: its calls to the bytecode interpreter
-// would otherwise cost the plain one's loop registers; measured 0.54 -> 0.42 of HBM bandwidth, bench/gemm.py).
+// `pro`: the tile's prologue when kPrologue. A separate instantiation: its calls to the bytecode interpreter
+// had cost the plain one's loop its registers (bench/gemm.py's 8192-wide chain: 0.42 of the measured HBM
+// bandwidth sharing one function, 0.52 apart; bench/RESULTS.md eighth run).
 template <int kVec, bool kPrologue>
 __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue& pro, const Epilogue& ep, bool& error) {
   float* smem = gemm_smem();
