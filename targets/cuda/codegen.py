@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from string import Template
 
-from wavec.opcodes import BINARY, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
+from wavec.opcodes import BINARY, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
 PROTOCOL = 6  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
@@ -216,6 +216,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "prefetch_weights": "true" if prefetch_weights(meta) else "false",
         "param_window": param_window(meta),
         "param_words": int(meta.get("param_words", 0)),
+        "gemm_cols": GEMM_COLS,
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -627,6 +628,14 @@ __device__ __noinline__ void ewise_body(const Payload& t, const long long* __res
   if (stack_error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
+// Threads per output for `outputs` outputs: the largest power of two, at most `most`, whose groups all fit
+// the block (lane groups, reductions, and the GEMM body's choice between them).
+__device__ __forceinline__ unsigned lanes_for(unsigned outputs, unsigned most) {
+  unsigned lanes = 1;
+  while (lanes < most && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
+  return lanes;
+}
+
 // Dot-product bodies (MATMUL, CONV) give each output a group of `lanes` threads that split the
 // reduction and combine it with warp shuffles, so a tile with fewer outputs than threads still keeps
 // every thread loading: a reduction's loads are what a beat waits on (one thread walking K = 387 taps
@@ -639,8 +648,7 @@ struct LaneGroups {
   __device__ LaneGroups(const Payload& t, unsigned session_blocks = 0) {
     per_session = t.elem_end - t.elem_begin;
     outputs = (session_blocks ? session_blocks : t.session_end - t.session_begin) * per_session;
-    lanes = 1;
-    while (lanes < 32 && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
+    lanes = lanes_for(outputs, 32);
     lane = threadIdx.x % lanes;
     group = threadIdx.x / lanes;
     groups = blockDim.x / lanes;
@@ -1017,6 +1025,9 @@ struct MatmulTileOps {
 // so every run gives the same bits. Off (kStreamGemm = false), the lane-group body runs these tiles.
 constexpr bool kStreamGemm = true;
 constexpr int kSvDepth = 4;  // steps of b loads a thread has in flight
+constexpr int kGemmCols = $gemm_cols;  // a thread's columns: one float4 of a b row (wavec.opcodes.GEMM_COLS, the
+                                      // multiple wave-to-wpk cuts weight tiles on)
+static_assert(kGemmCols == 4, "a thread's columns are one 16-byte load");
 
 // Which threads own which columns: lanes take Qp column vectors (a power of two from kSvDepth to 32) and
 // 32 / Qp slices of k; warps split into G groups of Wg, one per Qp vectors. Warps past G * Wg, and lanes past
@@ -1049,7 +1060,7 @@ struct Vec {
 template <int kVec>
 __device__ __forceinline__ Vec<kVec> load_columns(const float* at) {
   Vec<kVec> r;
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == kGemmCols) {
     asm volatile("ld.global.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.v[0]), "=f"(r.v[1]),
                  "=f"(r.v[2]), "=f"(r.v[3]) : "l"(at));
   } else {
@@ -1181,14 +1192,14 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   const long long* ep_words;
   if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
   const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgM && tile.n_cols >= kTgN / 4;
-  const bool vec4 = tile.n_cols % 4 == 0 && tile.bk % 4 == 0 && reinterpret_cast<uintptr_t>(tile.pb) % 16 == 0;
+  const bool vec4 = tile.n_cols % kGemmCols == 0 && tile.bk % kGemmCols == 0 &&
+                    reinterpret_cast<uintptr_t>(tile.pb) % (kGemmCols * sizeof(float)) == 0;
   // The streaming GEMM costs a tile ~10 us whatever its size (one-session Silero, K = 128 x 32 columns: a printf
   // probe of its phases, bench/RESULTS.md eighth run), where lane groups cost ~2 us plus a memory round trip
   // for every 4 loads a lane makes along K: it takes the tiles whose lanes would make 16 loads or more, in at
   // most kTgM / kSvRows passes (a 2,048-row mat-vec of duplex:1b's state took 1 ms in 256 passes).
-  unsigned lanes = 1;
-  while (lanes < 32 && 2 * lanes * tile.M * tile.n_cols <= blockDim.x) lanes *= 2;
-  const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / 4 : tile.n_cols) <= 32 * (blockDim.x / 32) &&
+  const unsigned lanes = lanes_for(tile.M * tile.n_cols, 32);
+  const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / kGemmCols : tile.n_cols) <= 32 * (blockDim.x / 32) &&
                       tile.M <= kTgM && tile.K >= 16 * lanes;
   if (!tiled && !stream) return false;
   const Prologue pro(t, arena_base, tile.prologue, tile.rank);
@@ -1201,10 +1212,10 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
     MatmulTileOps<false> ops{tile, ep, {}};
     tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
   } else if (tile.has_prologue) {
-    if (vec4) stream_gemm<4, true>(tile, pro, ep, error);
+    if (vec4) stream_gemm<kGemmCols, true>(tile, pro, ep, error);
     else stream_gemm<1, true>(tile, pro, ep, error);
   } else {
-    if (vec4) stream_gemm<4, false>(tile, pro, ep, error);
+    if (vec4) stream_gemm<kGemmCols, false>(tile, pro, ep, error);
     else stream_gemm<1, false>(tile, pro, ep, error);
   }
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
@@ -1517,8 +1528,7 @@ __device__ void reduce_tile(const Payload& t, const long long* __restrict__ p, c
   const OperandView in = operand(t, arena_base, 0);
   const unsigned per_session = t.elem_end - t.elem_begin;
   const unsigned outputs = (t.session_end - t.session_begin) * per_session;
-  unsigned lanes = 1;
-  while (lanes < blockDim.x && 2 * lanes * outputs <= blockDim.x) lanes *= 2;
+  const unsigned lanes = lanes_for(outputs, blockDim.x);
   const unsigned lane = threadIdx.x % lanes, groups = blockDim.x / lanes, width = min(lanes, 32u);
   for (unsigned base = 0; base < outputs; base += groups) {
     const unsigned o = base + threadIdx.x / lanes;
