@@ -133,7 +133,7 @@ def rows_per_b(params: MatmulParams) -> int:
 
 
 def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
-              row_block: int = 0) -> list[tuple[int, int, int, int]]:
+              row_block: int) -> list[tuple[int, int, int, int]]:
     """Tiles of a MATMUL's rows x cols outputs per session, as many as `tiles` makes but at most one wave, each
     whole rows or a part of one row (columns on GEMM_COLS): the form the kernel's GEMM bodies take
     (targets/cuda/codegen.py single_b_tile), so a MATMUL whose b is per session (a ring cache) streams it
@@ -144,11 +144,10 @@ def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
     n_s = math.ceil(sessions / s_per)
     pieces = max(1, min(math.ceil(rows * cols / e_per), workers // n_s))  # a session's tiles, one wave at most
     if pieces <= rows:
-        block = row_block or rows
-        r_per = min(math.ceil(rows / pieces), block)
-        return [(s, min(s + s_per, sessions), r * cols, min(r + r_per, b + block, rows) * cols)
-                for s in range(0, sessions, s_per) for b in range(0, rows, block)
-                for r in range(b, min(b + block, rows), r_per)]
+        r_per = min(math.ceil(rows / pieces), row_block)
+        return [(s, min(s + s_per, sessions), r * cols, min(r + r_per, b + row_block, rows) * cols)
+                for s in range(0, sessions, s_per) for b in range(0, rows, row_block)
+                for r in range(b, min(b + row_block, rows), r_per)]
     c_per = GEMM_COLS * math.ceil(cols / (pieces // rows) / GEMM_COLS)  # 16-byte column vectors when cols allow
     return [(s, min(s + s_per, sessions), r * cols + c, r * cols + min(c + c_per, cols))
             for s in range(0, sessions, s_per) for r in range(rows) for c in range(0, cols, c_per)]

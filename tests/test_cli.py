@@ -865,7 +865,9 @@ def test_a_shipped_pipeline_is_found_by_name_from_any_directory(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     variables = {"sessions": 2, "workers": 4, "hw": "h200"}
-    assert pipeline_spec(name, variables) == spec_from_yaml(default_pipeline_text(), variables)
+    spec = pipeline_spec(name, variables)
+    assert spec == spec_from_yaml(default_pipeline_text(), variables)
+    assert "wave-cohort{sessions=2}" in spec and "workers=4" in spec
 
 
 @pytest.mark.parametrize("argv, message", [
