@@ -295,7 +295,7 @@ constexpr unsigned kTotalCounters = kProfileCounters + $extra_counters;  // word
 constexpr int kParamWindow = $param_window;  // words of a task's parameter block staged in shared memory (0: none)
 constexpr long long kParamWords = $param_words;  // params.bin's length in words ("param_words")
 constexpr int kTraceWords = 3;  // optional trace, per payload row: wait begins, body begins, body ends (ns)
-constexpr unsigned kMaxBackoffNs = 256;              // __nanosleep cap while spinning on device counters
+constexpr int kMaxBackoffNs = 256;                   // __nanosleep cap while spinning on device counters
 constexpr unsigned kHostPollMaxBackoffNs = 512;      // cap while block 0 polls host memory (PCIe)
 constexpr unsigned kStopCheckPolls = 64;             // polls between two reads of the host stop flag
 constexpr unsigned long long kWaitTimeoutNs = 10000000000ull;  // a counter wait this long is a deadlock
@@ -387,7 +387,7 @@ __device__ int spin_until(const unsigned* word, unsigned target, const volatile 
                           unsigned counter, unsigned beat) {
   unsigned v = kSystemScope ? ld_acquire_sys(word) : ld_acquire_gpu(word);
   if (reached(v, target)) return kReached;
-  const unsigned max_ns = kSystemScope ? kHostPollMaxBackoffNs : kMaxBackoffNs;
+  const unsigned max_ns = kSystemScope ? kHostPollMaxBackoffNs : (unsigned)kMaxBackoffNs;
   const unsigned long long start = global_timer_ns();
   unsigned ns = 16;
   for (unsigned polls = 1;; ++polls) {
@@ -1086,10 +1086,14 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
   __shared__ const float* arow[kSvRows];
   __shared__ PrologueRow prow[kSvRows];  // the rows' views of the prologue's extras (kPrologue)
   __shared__ MatmulTile::Row orow[kSvRows];  // where the rows' outputs go
-  const StreamLayout L(tile.n_cols / kVec);
+  // The loops' sizes in registers: read through `tile` (the caller's stack), each b and A load waited on a
+  // local-memory load of K or ak first (nvdisasm), since a store through `error` might alias them.
+  const unsigned K = tile.K, n_cols = tile.n_cols;
+  const long long ak = tile.ak;
+  const StreamLayout L(n_cols / kVec);
   const unsigned ncolp = L.G * L.Qp * kVec;  // the columns the layout covers, past n_cols included
   const unsigned spc = blockDim.x / L.R / kSvDepth * kSvDepth, KC = spc * L.R;  // a chunk: spc steps, KC k rows
-  const unsigned steps = (tile.K + L.R - 1) / L.R;
+  const unsigned steps = (K + L.R - 1) / L.R;
   const float* wb = tile.pb + L.slice * tile.bk + L.q * kVec;  // this thread's first columns
   const long long wstep = (long long)L.R * tile.bk;
   // This thread stages A(m0 + sm, k) of each chunk at k = the chunk's first + sk + u * s_stride, u < kSvRows.
@@ -1105,7 +1109,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
     __syncthreads();
     const float* my_a = sm < rows ? arow[sm] : nullptr;
     auto load_step = [&](unsigned i) {
-      return L.active && i < steps && i * L.R + L.slice < tile.K ? load_columns<kVec>(wb + i * wstep) : Vec<kVec>{};
+      return L.active && i < steps && i * L.R + L.slice < K ? load_columns<kVec>(wb + i * wstep) : Vec<kVec>{};
     };
     float acc[kSvRows][kVec] = {};
     Vec<kVec> b[kSvDepth];
@@ -1118,13 +1122,13 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 #pragma unroll
       for (unsigned u = 0; u < kSvRows; ++u) {
         const unsigned k = c0 * L.R + sk + u * s_stride;
-        a[u] = my_a && c0 < steps && sk + u * s_stride < KC && k < tile.K ? ld_global(my_a + k * tile.ak) : 0.0f;
+        a[u] = my_a && c0 < steps && sk + u * s_stride < KC && k < K ? ld_global(my_a + k * ak) : 0.0f;
       }
       if (kPrologue && my_a) {  // a prologue (a norm's scale, softmax's division) applies once per staged value
 #pragma unroll
         for (unsigned u = 0; u < kSvRows; ++u) {
           const unsigned k = c0 * L.R + sk + u * s_stride;
-          if (c0 < steps && sk + u * s_stride < KC && k < tile.K) a[u] = prow[sm].apply(pro, a[u], k, error);
+          if (c0 < steps && sk + u * s_stride < KC && k < K) a[u] = prow[sm].apply(pro, a[u], k, error);
         }
       }
     };
@@ -1171,9 +1175,9 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
             for (int v = 0; v < kVec; ++v) smem[(slot * round + (m - r0)) * ncolp + col + v] = acc[m][v];
       }
       __syncthreads();
-      const unsigned n_out = min(round, rows - r0) * tile.n_cols;
+      const unsigned n_out = min(round, rows - r0) * n_cols;
       for (unsigned i = threadIdx.x; i < n_out; i += blockDim.x) {
-        const unsigned m = i / tile.n_cols, n = i % tile.n_cols;
+        const unsigned m = i / n_cols, n = i % n_cols;
         float sum = 0.0f;
         for (unsigned w = 0; w < L.Wg; ++w) sum += smem[(w * round + m) * ncolp + n];
         tile.store(ep, orow[r0 + m], n, sum, error);
@@ -1700,7 +1704,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
             break;
           }
           __nanosleep(ns);
-          ns = ns < kMaxBackoffNs ? 2 * ns : kMaxBackoffNs;
+          ns = ns < (unsigned)kMaxBackoffNs ? 2 * ns : (unsigned)kMaxBackoffNs;
         }
       }
       control = r;
@@ -1743,8 +1747,10 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       run_task(task, p, arena_base, out_epoch, beat);
       __syncthreads();
       if (trace && threadIdx.x == 0) trace[kTraceWords * i + 2] = global_timer_ns();
+      // The release orders the block's writes, which __syncthreads ordered before it (CUTLASS's arrive_inc:
+      // __syncthreads, then a release by thread 0). A fence.sc before it cost one-session Silero 5 us a beat
+      // (117 -> 112 us, 64 sessions 185 -> 181, 1,024 472 -> 465; bench/RESULTS.md ninth run).
       if (threadIdx.x == 0 && signal != kBeatDoneCounter) {
-        __threadfence();
         red_release_gpu(&counters[signal], 1u);
         if (signal_phase != 0u) red_release_gpu(&counters[signal_phase], 1u);
       }
