@@ -13,26 +13,33 @@ import pytest
 
 from test_interp import conv_ref
 
-TG_M, TG_K, TG_LOADS_B = 64, 32, 4  # kTgM, kTgK, kTgLoadsB
+TG_M = 64  # kTgM
+
+
+def tg_k(threads: int) -> int:
+    """kTgK: 64 k rows a chunk from 512 threads a block, 32 below."""
+    return 64 if threads >= 512 else 32
 
 
 class Geometry:
-    """kTgWarps, kTgN, kTgLoadsA and the staging positions of a block of ``threads`` threads."""
+    """kTgWarps, kTgK, kTgN, kTgRowStep, kTgLoadsA, kTgLoadsB and the staging positions of a block of ``threads`` threads."""
 
     def __init__(self, threads: int):
-        self.threads, self.warps = threads, threads // 32
+        self.threads, self.warps, self.k_chunk = threads, threads // 32, tg_k(threads)
         self.n = 16 * (self.warps // 4)
-        self.loads_a = TG_M * TG_K // threads
+        self.row_step = threads // self.k_chunk
+        self.loads_a = TG_M * self.k_chunk // threads
+        self.loads_b = self.n * self.k_chunk // threads
         tid = np.arange(threads)
-        self.a_row = tid[:, None] // TG_K + np.arange(self.loads_a)[None, :] * self.warps  # tg_a_row(i)
-        self.k = tid % TG_K  # tg_k()
+        self.a_row = tid[:, None] // self.k_chunk + np.arange(self.loads_a)[None, :] * self.row_step  # tg_a_row(i)
+        self.k = tid % self.k_chunk  # tg_k()
 
     def b_pos(self, along_k: bool) -> tuple[np.ndarray, np.ndarray]:
         """(column, k) of each thread's B values: tg_b_col / tg_b_k."""
-        tid, i = np.arange(self.threads)[:, None], np.arange(TG_LOADS_B)[None, :]
+        tid, i = np.arange(self.threads)[:, None], np.arange(self.loads_b)[None, :]
         if along_k:
-            return tid // TG_K + i * self.warps, np.broadcast_to(tid % TG_K, (self.threads, TG_LOADS_B))
-        return np.broadcast_to(tid % self.n, (self.threads, TG_LOADS_B)), tid // self.n + i * (TG_K // TG_LOADS_B)
+            return tid // self.k_chunk + i * self.row_step, np.broadcast_to(tid % self.k_chunk, (self.threads, self.loads_b))
+        return np.broadcast_to(tid % self.n, (self.threads, self.loads_b)), tid // self.n + i * (self.k_chunk // self.loads_b)
 
 
 def staged(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -59,7 +66,7 @@ def warp_products(As: np.ndarray, Bs: np.ndarray, wm: int, wn: int, acc: np.ndar
     """tg_products for one warp: acc[lane, nt, fragment] += the m16n8k8 products of its fragments."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
-    for k8 in range(0, TG_K, 8):
+    for k8 in range(0, As.shape[1], 8):
         a = np.zeros((16, 8))  # the A tile the registers assemble, placed as the PTX layout places them
         for (dr, dk), (pr, pc) in zip(CODE_A_READS, PTX_A):
             a[g + pr, q + pc] = As[wm + g + dr, k8 + q + dk]
@@ -82,10 +89,10 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     for m0 in range(0, M, TG_M):
         for n0 in range(0, N, geo.n):
             acc = np.zeros((geo.warps, 32, 2, 4))
-            for k0 in range(0, K, TG_K):
+            for k0 in range(0, K, geo.k_chunk):
                 a_vals, b_vals = ops.load(geo, m0, n0, k0, b_col, b_k)
-                As = staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape), a_vals, (TG_M, TG_K))
-                Bs = staged(b_col, b_k, b_vals, (geo.n, TG_K))
+                As = staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape), a_vals, (TG_M, geo.k_chunk))
+                Bs = staged(b_col, b_k, b_vals, (geo.n, geo.k_chunk))
                 for w in range(geo.warps):
                     warp_products(As, Bs, w % 4 * 16, w // 4 * 16, acc[w])
             for w in range(geo.warps):
@@ -160,25 +167,27 @@ class MatmulOps:
 
 def tg_fits(threads: int) -> bool:
     """kTgFits: the block sizes the tiled GEMM runs at."""
-    return threads % 128 == 0 and threads <= 1024 and (TG_M * TG_K) % threads == 0
+    n, k = 16 * (threads // 32 // 4), tg_k(threads)
+    return threads % 128 == 0 and (TG_M * k) % threads == 0 and (TG_M + n) * (k + 4) * 4 <= 40 * 1024
 
 
 @pytest.mark.parametrize("threads", range(32, 1025, 32))
 def test_the_staging_covers_each_chunk_once_at_every_block_size_it_runs_at(threads):
-    """Every size kTgFits admits stages each chunk exactly once; the multiples of 128 it refuses (384 threads,
-    say) would skip rows of A, and take the lane-group bodies."""
+    """Every size kTgFits admits stages each chunk exactly once; the multiples of 128 it refuses for that (384
+    threads, say) would skip rows of A, and take the lane-group bodies (as 1,024 threads do, whose staging would
+    pass 40 KB of shared memory)."""
     geo = Geometry(threads)
     stage_a = lambda: staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape),  # noqa: E731
-                             np.zeros(geo.a_row.shape), (TG_M, TG_K))
+                             np.zeros(geo.a_row.shape), (TG_M, geo.k_chunk))
     if not tg_fits(threads):
-        if threads % 128 == 0:
+        if threads % 128 == 0 and (TG_M * geo.k_chunk) % threads:
             with pytest.raises(AssertionError, match="exactly once"):
                 stage_a()
         return
     stage_a()
     for along_k in (True, False):
         col, k = geo.b_pos(along_k)
-        staged(col, k, np.zeros(col.shape), (geo.n, TG_K))
+        staged(col, k, np.zeros(col.shape), (geo.n, geo.k_chunk))
 
 
 @pytest.mark.parametrize("c_in, c_out, L, KW, stride, pad, sessions, tiles", [

@@ -765,24 +765,29 @@ __device__ __noinline__ long long strided_offset(unsigned e, int rank, const lon
 // next chunk are issued before the current chunk's products, so their latency overlaps the tensor cores.
 // Off (kTiledGemm = false), the lane-group bodies run every MATMUL and CONV.
 constexpr bool kTiledGemm = true;
-constexpr int kTgM = 64, kTgK = 32;
+// kTgK: a chunk of 64 k rows puts 8 A and 8 B loads a thread in flight at 512 threads, where 32 put 4 and 4
+// (bench/gemm.py, 2 x 8192^2 at 64 sessions: 947 -> 892 us; Silero unchanged; bench/RESULTS.md ninth run).
+// Smaller blocks keep 32: 256 threads would stage 16 + 8 values a thread and spill.
+constexpr int kTgM = 64, kTgK = kBlockThreads >= 512 ? 64 : 32;
 constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads and k-contiguous stores miss bank conflicts
 constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
+constexpr int kTgRowStep = (int)kBlockThreads / kTgK;         // rows between a thread's staged values (along k)
 constexpr int kTgLoadsA = kTgM * kTgK / (int)kBlockThreads;  // A values a thread stages per chunk
-constexpr int kTgLoadsB = 4;                                 // B values a thread stages per chunk (kTgN * kTgK / threads)
-// Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and stage whole
-// chunks (384 threads, say, would leave rows of A unstaged).
-constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && (kTgM * kTgK) % kBlockThreads == 0;
+constexpr int kTgLoadsB = kTgN * kTgK / (int)kBlockThreads;  // B values a thread stages per chunk
+// Blocks of 128, 256 or 512 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and stage whole chunks
+// (384 threads, say, would leave rows of A unstaged); 1,024 threads' staging would pass 40 KB of shared memory.
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && (kTgM * kTgK) % kBlockThreads == 0 &&
+                         (kTgM + kTgN) * kTgLd * (int)sizeof(float) <= 40 * 1024;
 static_assert(!kTgFits || kTgLoadsA * (int)kBlockThreads == kTgM * kTgK, "A staging covers the chunk");
 static_assert(!kTgFits || kTgN * kTgK == kTgLoadsB * (int)kBlockThreads, "B staging covers the chunk");
 
-// Where thread `tid` stages its values of a chunk: A value i at (row, k) = (tid / kTgK + i * kTgWarps, tid % kTgK);
-// B value i at (column, k) = (tid / kTgK + i * kTgWarps, tid % kTgK) when the operand is read along k
+// Where thread `tid` stages its values of a chunk: A value i at (row, k) = (tid / kTgK + i * kTgRowStep, tid % kTgK);
+// B value i at (column, k) = (tid / kTgK + i * kTgRowStep, tid % kTgK) when the operand is read along k
 // (consecutive threads, consecutive k), else (tid % kTgN, tid / kTgN + i * (kTgK / kTgLoadsB)) (along n).
-__device__ __forceinline__ unsigned tg_a_row(int i) { return threadIdx.x / kTgK + i * kTgWarps; }
+__device__ __forceinline__ unsigned tg_a_row(int i) { return threadIdx.x / kTgK + i * kTgRowStep; }
 __device__ __forceinline__ unsigned tg_k() { return threadIdx.x % kTgK; }
 template <bool kAlongK>
-__device__ __forceinline__ unsigned tg_b_col(int i) { return kAlongK ? threadIdx.x / kTgK + i * kTgWarps : threadIdx.x % kTgN; }
+__device__ __forceinline__ unsigned tg_b_col(int i) { return kAlongK ? threadIdx.x / kTgK + i * kTgRowStep : threadIdx.x % kTgN; }
 template <bool kAlongK>
 __device__ __forceinline__ unsigned tg_b_k(int i) { return kAlongK ? threadIdx.x % kTgK : threadIdx.x / kTgN + i * (kTgK / kTgLoadsB); }
 
