@@ -13,7 +13,10 @@ is no task at all: the block's offset, or the strided view those ops read throug
 mean, max, min, product or log-sum-exp over axes of size 1 (a reshape).
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
 order, the output copies, then the state writes (after every read of the old state; a new value that is
-itself an old state is copied out during the graph, since the writes run one after another).
+itself an old state is copied out during the graph, since the writes run one after another). A
+``select(c, a, state)`` whose state nothing else reads and whose result is written back to that state (a ring
+cache's write) writes the state's own buffer (`updates_state_in_place`): its state write is no copy, and with
+the reset's ``select(reset, init, state)`` it runs a body that stores only where c holds (wpk-payload).
 Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
 """
 
@@ -46,6 +49,7 @@ from wavec.opcodes import (
     ReduceParams,
     compile_expr,
     contiguous_strides,
+    kept_input,
     parse_expr,
 )
 
@@ -529,6 +533,44 @@ def is_unit_reduction(op: wave.ReduceOp) -> bool:
     return op.kind.data in IDENTITY_ON_ONE and all(shape[a] == 1 for a in op.axes.get_values())
 
 
+def _kept_operand(op: Operation) -> SSAValue | None:
+    """The operand an EWISE ``select(c, a, %k)`` keeps where c is 0 (wavec.opcodes.kept_input), when the result
+    has its shape; None otherwise."""
+    if not isinstance(op, wave.EwiseOp):
+        return None
+    k = kept_input(parse_expr(op.expr.data))
+    if k < 0 or wave.shape_of(op.operands[k]) != wave.shape_of(op.result):
+        return None
+    return op.operands[k]
+
+
+def updates_state_in_place(op: Operation) -> SSAValue | None:
+    """The state whose buffer an EWISE ``select(c, a, %k)`` may write in place, element for element: input k is
+    a state nothing else reads, or the result of such an update that no other op updates in its turn, and the
+    chain of updates ends in the state's write (a ring cache's write, ``select(eq(iota, fmod(pos, C)), new,
+    cache)``, once per model step). A reader of an intermediate version runs before the next update writes
+    over it: the schedule orders tasks by the words they touch. None otherwise."""
+    kept = _kept_operand(op)
+    if kept is None:
+        return None
+    if isinstance(kept.owner, wave.StateOp):
+        state = kept if kept.has_one_use() else None
+    else:
+        updaters = [u.operation for u in kept.uses if _kept_operand(u.operation) is kept]
+        state = updates_state_in_place(kept.owner) if updaters == [op] else None
+    if state is None:
+        return None
+    value = op.result
+    while True:
+        users = [u.operation for u in value.uses]
+        if any(isinstance(u, wave.StateWriteOp) and u.sym == state.owner.sym for u in users):
+            return state
+        updaters = [u for u in users if _kept_operand(u) is value]
+        if len(updaters) != 1:
+            return None
+        value = updaters[0].result
+
+
 def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
     if isinstance(op, wave.ReshapeOp) or isinstance(op, wave.ReduceOp) and is_unit_reduction(op):
         src = lw.loc(op.x, op)
@@ -541,7 +583,8 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
             lw.locs[op.result] = block or view
             return
     ins = [lw.loc(v, op) for v in op.operands]
-    out = lw.act(op.result)
+    state = updates_state_in_place(op)
+    out = lw.loc(state, op) if state is not None else lw.act(op.result)
     lw.locs[op.result] = out
     name = _source_name(op, index)
     if isinstance(op, wave.EwiseOp):

@@ -6,9 +6,11 @@ stride resolved from the buffers. Identical parameter blocks are stored once in 
 (`params_table`), which the profile writer rebuilds with the same function. Task ids follow program order.
 
 Before encoding, each EWISE block gets its generated-body index (the trailing `body` word of
-wavec.opcodes.EwiseParams): the distinct (expression, rank, n_inputs) of the EWISE tasks are numbered in
+wavec.opcodes.EwiseParams): the distinct (expression, rank, n_inputs, keep) of the EWISE tasks are numbered in
 first-use order when the CUDA target can generate their bodies (TVM TensorIR,
 wavec.targets.cuda.tvm_ewise), else every index is -1 and the kernel's bytecode interpreter runs them.
+``keep`` is the input a ``select(c, a, %k)`` task reads from its own output (`task_kept_input`): its body
+stores only where c holds and never loads input k, so a state's reset touches only the sessions it resets.
 `ewise_body_table` lists the numbered bodies for profile.json. Requires `wpk-schedule` and `wpk-arena`.
 """
 
@@ -24,7 +26,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wpk
 from wavec.dialects.wpk import ARENA_NAMES
-from wavec.opcodes import OUT, EwiseParams, Opcode, decode_expr
+from wavec.opcodes import OUT, EwiseParams, Opcode, decode_expr, kept_input
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.payload import PAYLOAD_DTYPE, pack_arenas
@@ -53,8 +55,19 @@ def params_table(tasks: list[wpk.TasksOp]) -> tuple[np.ndarray, dict[tuple[int, 
     return np.array(words, np.int64), where
 
 
-def _ewise_key(params: EwiseParams) -> tuple[str, int, int]:
-    return str(decode_expr(params.code)), len(params.shape), len(params.in_strides)
+def task_kept_input(task: wpk.TasksOp, params: EwiseParams) -> int:
+    """wavec.opcodes.kept_input of the task's expression when that input is the task's output itself (the same
+    buffer, offset and strides, so element for element), else -1."""
+    k = kept_input(decode_expr(params.code))
+    if k < 0 or k >= len(params.in_strides):
+        return -1
+    same = (task.input_names[k] == task.output.data and task.operand_offsets[k] == task.output_offset.value.data
+            and params.in_strides[k] == params.out_strides)
+    return k if same else -1
+
+
+def _ewise_key(params: EwiseParams, keep: int) -> tuple[str, int, int, int]:
+    return str(decode_expr(params.code)), len(params.shape), len(params.in_strides), keep
 
 
 def number_ewise_bodies(tasks: list[wpk.TasksOp]) -> int:
@@ -62,29 +75,31 @@ def number_ewise_bodies(tasks: list[wpk.TasksOp]) -> int:
     how many bodies were numbered."""
     from wavec.targets.cuda.tvm_ewise import supports
 
-    index: dict[tuple[str, int, int], int] = {}
+    index: dict[tuple[str, int, int, int], int] = {}
     numbered = 0
-    renumbered: dict[tuple[int, ...], object] = {}  # block -> its numbered block's attribute, shared by the ops
+    renumbered: dict[tuple, object] = {}  # (block, keep) -> its numbered block's attribute, shared by the ops
     for task in tasks:
         if task.opcode.data != "ewise":
             continue
         block = task.param_words
-        attr = renumbered.get(block)
+        params = EwiseParams.unpack(np.asarray(block, np.int64), 0)
+        keep = task_kept_input(task, params)
+        attr = renumbered.get((block, keep))
         if attr is None:
-            params = EwiseParams.unpack(np.asarray(block, np.int64), 0)
-            key = _ewise_key(params)
+            key = _ewise_key(params, keep)
             if key not in index:
                 index[key] = numbered if supports(decode_expr(params.code)) else -1
                 numbered += index[key] >= 0
             task.set_params(replace(params, body=index[key]).pack())
-            attr = renumbered[block] = task.params
+            attr = renumbered[(block, keep)] = task.params
         task.properties["params"] = attr
     return numbered
 
 
 def ewise_body_table(module: ModuleOp) -> list[dict]:
-    """profile.json's ``ewise_bodies``: for each body index (in order), its expression text, rank and
-    input count, and the phases (``name (op)``) whose tasks run it."""
+    """profile.json's ``ewise_bodies``: for each body index (in order), its expression text, rank, input
+    count and kept input (-1: none; see the module docstring), and the phases (``name (op)``) whose tasks
+    run it."""
     table: dict[int, dict] = {}
     decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key): like layers share their block
     for phase in phases_of(module):
@@ -94,12 +109,13 @@ def ewise_body_table(module: ModuleOp) -> list[dict]:
             hit = decoded.get(task.param_words)
             if hit is None:
                 params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
-                hit = decoded[task.param_words] = (params.body, _ewise_key(params) if params.body >= 0 else None)
+                key = _ewise_key(params, task_kept_input(task, params)) if params.body >= 0 else None
+                hit = decoded[task.param_words] = (params.body, key)
             body, key = hit
             if body < 0:
                 continue
-            expr, rank, n_in = key
-            entry = table.setdefault(body, {"expr": expr, "rank": rank, "n_inputs": n_in, "phases": []})
+            expr, rank, n_in, keep = key
+            entry = table.setdefault(body, {"expr": expr, "rank": rank, "n_inputs": n_in, "keep": keep, "phases": []})
             where = f"{phase.sym_name.data} ({phase.op.data})"
             if where not in entry["phases"]:
                 entry["phases"].append(where)

@@ -18,6 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from wavec.errors import WavecError
 from wavec.opcodes import BINARY, TERNARY, UNARY, EwiseParams, Opcode, decode_expr, eval_expr, parse_expr, unpack_params
 from wavec.targets.cuda import build, tvm_ewise
 from wavec.targets.cuda.codegen import BLOCK_THREADS, generate_kernel
@@ -177,7 +178,12 @@ def _view(base: np.ndarray, mid: int):
     return tvm.runtime.from_dlpack(base[mid:])
 
 
-def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng) -> None:
+def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng, keep: int = -1, per_session: tuple[int, ...] = ()) -> None:
+    """The CPU build of the body against eval_expr. ``keep >= 0``: the body keeping that input of a select
+    (wpk-payload gives it to a task whose input is its own output): it must store the select's value where
+    the condition holds and leave the other elements as they were, without reading input ``keep`` (here
+    all NaN, apart from the output). Inputs in ``per_session`` hold one value a session (element strides 0),
+    as a reset's flag does."""
     expr = parse_expr(expr_text)
     shape = tuple(int(d) for d in rng.integers(1, 5, size=rank))
     n = int(np.prod(shape, dtype=np.int64))
@@ -192,17 +198,21 @@ def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng) -> None:
         st = []
         for d in range(rank):
             kind = rng.integers(0, 3)  # 0: broadcast, 1: forward, 2: reversed
-            st.append(0 if kind == 0 else int(rng.integers(1, 7)) * (1 if kind == 1 else -1))
+            st.append(0 if kind == 0 or k in per_session else int(rng.integers(1, 7)) * (1 if kind == 1 else -1))
         ss = int(rng.choice([0, 97, -97]))  # shared by sessions, or one slot per session either way
+        if k in per_session:
+            ss = 97
         reach = sum(abs(s) * (d - 1) for s, d in zip(st, shape)) + abs(ss) * (sessions - 1)
         mid = 16 * (reach // 16 + 1)
         base = rng.uniform(-2.0, 2.0, size=2 * mid + 16).astype(np.float32)
         if expr_text.startswith(("select", "not", "eq")):
             base[rng.random(base.size) < 0.3] = 0.0  # the zero / equal branches too
+        if k == keep:
+            base[:] = np.nan
         in_strides.append(st), in_sstrides.append(ss), bases.append(_aligned(base)), mids.append(mid)
     out_base = _aligned(np.full(sessions * out_sstride, 7.0, np.float32))
 
-    fn = tvm_ewise.cpu_function(expr, rank, n_inputs, BLOCK_THREADS)
+    fn = tvm_ewise.cpu_function(expr, rank, n_inputs, BLOCK_THREADS, keep=keep)
     fn(*[_view(b, m) for b, m in zip(bases, mids)], _view(out_base, 0), begin, end, sessions, *shape, *out_strides,
        out_sstride, *[s for st in in_strides for s in st], *in_sstrides)
 
@@ -214,7 +224,11 @@ def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng) -> None:
         for k in range(n_inputs):
             off = mids[k] + s * in_sstrides[k] + sum(i * st for i, st in zip(idx, in_strides[k]))
             vals.append(bases[k][np.asarray(off, np.int64) + np.zeros(len(flat), np.int64)])
-        want.append(np.broadcast_to(eval_expr(expr, vals), (len(flat),)))
+        if keep < 0:
+            want.append(np.broadcast_to(eval_expr(expr, vals), (len(flat),)))
+        else:
+            cond, value = (np.broadcast_to(eval_expr(e, vals), (len(flat),)) for e in expr.args[:2])
+            want.append(np.where(cond != 0, value, np.float32(7.0)))
         oo = s * out_sstride + sum(i * st for i, st in zip(idx, out_strides)) + np.zeros(len(flat), np.int64)
         got.append(out_base[oo])
         untouched = np.ones(out_sstride, bool)
@@ -240,6 +254,25 @@ def test_every_function_matches_eval_expr_on_the_cpu(rank):
     for text in _all_functions_exprs():
         n_in = max(parse_expr(text).inputs()) + 1
         _check_on_cpu(text, rank, n_in, rng)
+
+
+@pytest.mark.parametrize("expr_text, keep", [("select(%0, %1, %2)", 2),  # a state's reset
+                                             ("select(eq(%0, fmod(%1, 4.0)), %2, %3)", 3)])  # a ring cache's write
+def test_a_body_keeping_its_output_stores_only_where_the_condition_holds(expr_text, keep):
+    """Through the element-wise path, and for a reset's flag (one value a session) the path that reads it
+    once a session, some sessions flagged and some not (30% of the flags are 0)."""
+    rng = np.random.default_rng(keep)
+    for rank in (0, 1, 3):
+        for per_session in ((), (0,)):
+            for _ in range(3):
+                _check_on_cpu(expr_text, rank, keep + 1, rng, keep=keep, per_session=per_session)
+
+
+def test_only_a_select_can_keep_an_input():
+    with pytest.raises(WavecError, match="cannot keep input 1"):
+        tvm_ewise.device_body("select(%0, %1, %2)", 2, 3, BLOCK_THREADS, keep=1)
+    with pytest.raises(WavecError, match="cannot keep input 0"):
+        tvm_ewise.device_body("add(%0, %1)", 2, 2, BLOCK_THREADS, keep=0)
 
 
 # ---- without TVM ------------------------------------------------------------------------------------------
@@ -289,3 +322,44 @@ def test_verifier_rejects_a_body_index_naming_another_expression(silero):
     params[at + len(p.pack()) - 1] = len(silero.meta["ewise_bodies"])
     with pytest.raises(VerificationError, match="set the block's last word to -1"):
         verify_profile(dataclasses.replace(silero, params=params))
+
+
+# ---- bodies that keep their output: a state's reset, a ring cache written in place ---------------------------
+
+
+def _rows_running(profile, body: int) -> np.ndarray:
+    rows = np.flatnonzero(profile.payloads["opcode"] == int(Opcode.EWISE))
+    return np.array([r for r in rows if unpack_params(profile.params, int(profile.payloads["params"][r])).body == body])
+
+
+def test_a_reset_keeps_its_state_and_the_verifier_holds_it_to_that(silero):
+    """Silero's reset, select(reset, init, state) into the state, is the one body that keeps an input; the
+    verifier refuses it for a task whose kept input is not its output (it would leave stale elements)."""
+    from wavec.errors import VerificationError
+    from wavec.opcodes import OUT
+    from wavec.verify import verify_profile
+
+    bodies = silero.meta["ewise_bodies"]
+    assert [(b["expr"], b["keep"]) for b in bodies if b["keep"] >= 0] == [("select(%0, %1, %2)", 2)]
+    reset = next(i for i, b in enumerate(bodies) if b["keep"] >= 0)
+    assert bodies[reset]["phases"] == ["reset_state (wave.state)"]
+    payloads = silero.payloads.copy()
+    rows = _rows_running(silero, reset)
+    assert len(rows) and (payloads["offset"][rows, 2] == payloads["offset"][rows, OUT]).all()
+    payloads["offset"][rows, 2] += 4
+    with pytest.raises(VerificationError, match="keeps input 2 .* is not its output element for element"):
+        verify_profile(dataclasses.replace(silero, payloads=payloads))
+
+
+def test_ring_caches_are_written_in_place_with_no_state_write():
+    """transformer:tiny's K and V ring writes, select(eq(iota, fmod(pos, C)), new, cache), write the state's
+    own buffer: their bodies keep the cache, and no state-write phase copies it back."""
+    import wavec.driver
+    from wavec import zoo
+    from wavec.frontends.builder.lower import lower_model
+
+    profile = wavec.driver.compile_graph(lower_model(zoo.get("transformer:tiny")), sessions=3, workers=4)
+    ring = [b for b in profile.meta["ewise_bodies"] if b["keep"] == 3]
+    assert len(ring) == 1 and ring[0]["expr"] == "select(eq(%0, fmod(%1, 8.0)), %2, %3)"
+    names = [ph["name"] for ph in profile.meta["phases"]]
+    assert not [n for n in names if n.startswith("state_write_") and ".kv." in n], names

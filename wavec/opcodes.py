@@ -242,6 +242,15 @@ def eval_expr(expr: Expr, inputs: list[np.ndarray]) -> np.ndarray:
     return run_bytecode(compile_expr(expr), inputs)
 
 
+def kept_input(expr: Expr) -> int:
+    """k when ``expr`` is ``select(c, a, %k)``: where c is 0 its value is input k's, so a task whose input k is
+    its own output (a state's reset, a ring cache written in place) changes only the elements where c holds.
+    -1 for any other expression."""
+    if expr.kind == "call" and expr.value == "select" and expr.args[2].kind == "input":
+        return int(expr.args[2].value)  # type: ignore[arg-type]
+    return -1
+
+
 def decode_expr(code: list[int] | tuple[int, ...]) -> Expr:
     """The expression of postfix bytecode (compile_expr's inverse). Raises ValueError for a malformed
     program (a stack underflow, leftovers, an unknown instruction or function code)."""

@@ -29,8 +29,10 @@ names in lower case: weights, state, act, input, output):
 - ``phases``: [{name, op, tasks}]; ``bindings``: {name: value} the frontend folded in;
 - ``generated_weights``: [{name, offset, elems, kind ("uniform": seed, scale, precision; "constant":
   value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin;
-- ``ewise_bodies``: [{expr, rank, n_inputs, phases}]: generated CUDA bodies of EWISE expressions (wpk-payload
-  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM);
+- ``ewise_bodies``: [{expr, rank, n_inputs, keep, phases}]: generated CUDA bodies of EWISE expressions (wpk-payload
+  numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM;
+  ``keep`` >= 0: a select's body that stores only where its condition holds, its input ``keep`` being its
+  output; absent in older profiles, read as -1);
 - optional: ``block_threads`` (threads per persistent block, the target's ``threads_per_block``),
   ``l2_bytes`` (the target's L2; the kernel prefetches weights into L2 when they outgrow it) and
   ``param_words`` / ``param_window`` (params.bin's length and its longest parameter block, in int64 words;

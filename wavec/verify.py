@@ -56,7 +56,7 @@ import numpy as np
 from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs, segment_incidences
 from wavec.analysis.happens_before import HappensBefore, build_happens_before
 from wavec.errors import VerificationError, VerificationTooLarge, WavecError
-from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, decode_expr, unpack_params
+from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, decode_expr, kept_input, unpack_params
 from wavec.payload import operand_arena
 from wavec.profile import Profile
 
@@ -330,7 +330,9 @@ class _Verifier:
 
     def ewise_body(self, r: int, params: EwiseParams) -> None:
         """The CUDA kernel runs generated body ``params.body`` instead of the block's code: it must be an
-        entry of profile.json ``ewise_bodies`` with the block's expression, rank and input count."""
+        entry of profile.json ``ewise_bodies`` with the block's expression, rank and input count; one that
+        keeps input k (stores only where the select's condition holds) is only for a task whose input k is
+        its output, element for element, since it leaves the other elements as they were."""
         bodies = self.meta.get("ewise_bodies") or []
         b = params.body
         if not 0 <= b < len(bodies):
@@ -350,6 +352,18 @@ class _Verifier:
                 f"{len(params.in_strides)} inputs) but names generated body {b}, {want[0]!r} (rank {want[1]}, "
                 f"{want[2]} inputs): the kernel would run another expression; renumber the bodies (wpk-payload)"
             )
+        keep = int(entry.get("keep", -1))
+        if keep >= 0:
+            rec = self.rec[r]
+            same = kept_input(decode_expr(params.code)) == keep and keep < len(params.in_strides) and all(
+                int(rec[f][keep]) == int(rec[f][OUT]) for f in ("offset", "session_stride")
+            ) and operand_arena(rec, keep) == operand_arena(rec, OUT) and params.in_strides[keep] == params.out_strides
+            if not same:
+                raise VerificationError(
+                    f"{self.name(r)}: it names generated body {b}, which keeps input {keep} (stores only where "
+                    f"{mine!r}'s condition holds), but its input {keep} is not its output element for element: "
+                    "the other elements would keep stale values; renumber the bodies (wpk-payload)"
+                )
 
     def uniform_tiles(self) -> None:
         """Tiles of one op differ only in their bounds: the tasks of one phase that write one output view

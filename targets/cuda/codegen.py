@@ -107,8 +107,10 @@ def ewise_generated_source(meta: dict) -> str:
             lines.append(f"// EWISE body {index}: {_c_comment(entry['expr'])}: not generated (TVM raised "
                          f"{_c_comment(body)}); the bytecode interpreter runs its tasks.")
             continue
+        keep = int(entry.get("keep", -1))
+        kept = f"; stores only where the condition holds, input {keep} being the output" if keep >= 0 else ""
         comment = (
-            f"// EWISE body {index}: {_c_comment(entry['expr'])}  (rank {rank}, {n_in} inputs)\n"
+            f"// EWISE body {index}: {_c_comment(entry['expr'])}  (rank {rank}, {n_in} inputs{kept})\n"
             f"// from: {_c_comment(', '.join(entry.get('phases', [])))}"
         )
         lines.append(body.source(f"ewise_tvm_{index}", comment))

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from wavec.errors import WavecError
-from wavec.opcodes import BINARY, TERNARY, UNARY, Expr, parse_expr
+from wavec.opcodes import BINARY, TERNARY, UNARY, Expr, kept_input, parse_expr
 
 DEVICE_ARCH = "sm_90"
 FUNC_NAME = "ewise_tile"  # the PrimFunc's global symbol; TVM names the kernel FUNC_NAME + "_kernel"
@@ -128,9 +128,22 @@ def _tir_value(expr: Expr, loads: list):
     return _TIR_OPS[str(expr.value)](*(_tir_value(a, loads) for a in expr.args))
 
 
-def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_threads: bool = True):
+def session_flag_input(expr: Expr, keep: int) -> int | None:
+    """j when a kept-input body's condition is input j itself (a reset's flag): where j holds one value a
+    session (its element strides all 0, checked at run time) the body reads it once a session and walks only
+    the flagged sessions' elements. None otherwise."""
+    if keep >= 0 and expr.args[0].kind == "input":
+        return int(expr.args[0].value)  # type: ignore[arg-type]
+    return None
+
+
+def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_threads: bool = True, keep: int = -1):
     """The TensorIR PrimFunc of one EWISE tile of ``expr`` (see the module docstring for its parameters).
-    ``bind_threads=False`` keeps the same loop nest with a serial outer loop, for the CPU (llvm) build."""
+    ``bind_threads=False`` keeps the same loop nest with a serial outer loop, for the CPU (llvm) build.
+    ``keep >= 0``: ``expr`` is ``select(c, a, %keep)`` and input ``keep`` is the output itself
+    (wavec.opcodes.kept_input, wpk-payload): the body stores ``a`` where ``c`` holds and touches nothing
+    else, so input ``keep`` is never loaded (a reset or ring write then moves the bytes it changes, not the
+    whole state)."""
     from tvm.script import tirx as T
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder.tirx import prim_func
@@ -155,27 +168,66 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
             out = T.match_buffer(out_handle, (T.int64(),), "float32", align=4)
             IRBuilder.name("out", out)
             n = end - begin
-            outer = T.thread_binding(threads, thread="threadIdx.x") if bind_threads else T.serial(threads)
-            with outer as tx:
+
+            def tile_element(sess, e, guarded: bool) -> None:
+                """Session ``sess``'s element ``begin + e``: its value stored (kept-input bodies: where the
+                condition holds, unless ``guarded`` is False because the caller checked it)."""
+                rem = begin + e
+                idx: list = [None] * rank
+                for d in reversed(range(rank)):
+                    idx[d] = T.Cast("int64", T.truncmod(rem, dims[d]) if d else rem)
+                    rem = T.truncdiv(rem, dims[d])
+
+                def at(strides, sstride):
+                    off = sess * sstride
+                    for d in range(rank):
+                        off = off + idx[d] * strides[d]
+                    return off
+
+                loads = [ins[k][at(in_strides[k], in_sstrides[k])] for k in range(n_inputs)]
+                if keep < 0 or not guarded:
+                    T.buffer_store(out, _tir_value(expr if keep < 0 else expr.args[1], loads), [at(out_strides, out_sstride)])
+                    return
+                with T.If(_tir_value(expr.args[0], loads) != T.float32(0.0)):
+                    with T.Then():
+                        T.buffer_store(out, _tir_value(expr.args[1], loads), [at(out_strides, out_sstride)])
+
+            def every_element(tx) -> None:
                 with T.serial((sessions * n + (threads - 1)) // threads) as i:
                     w = i * threads + tx
                     with T.If(w < sessions * n):
                         with T.Then():
-                            s = T.Cast("int64", T.truncdiv(w, n))
-                            rem = begin + T.truncmod(w, n)
-                            idx: list = [None] * rank
-                            for d in reversed(range(rank)):
-                                idx[d] = T.Cast("int64", T.truncmod(rem, dims[d]) if d else rem)
-                                rem = T.truncdiv(rem, dims[d])
+                            tile_element(T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n), True)
 
-                            def at(strides, sstride):
-                                off = s * sstride
-                                for d in range(rank):
-                                    off = off + idx[d] * strides[d]
-                                return off
+            def flagged_sessions(tx, j: int) -> None:
+                """Only the sessions whose flag (input j, one value a session) is set: a reset with no
+                session to reset loads one word a session and stores nothing."""
+                with T.serial(sessions) as si:
+                    sess = T.Cast("int64", si)
+                    with T.If(ins[j][sess * in_sstrides[j]] != T.float32(0.0)):
+                        with T.Then():
+                            with T.serial((n + (threads - 1)) // threads) as i:
+                                e = i * threads + tx
+                                with T.If(e < n):
+                                    with T.Then():
+                                        tile_element(sess, e, False)
 
-                            loads = [ins[k][at(in_strides[k], in_sstrides[k])] for k in range(n_inputs)]
-                            T.buffer_store(out, _tir_value(expr, loads), [at(out_strides, out_sstride)])
+            flag = session_flag_input(expr, keep)
+            outer = T.thread_binding(threads, thread="threadIdx.x") if bind_threads else T.serial(threads)
+            with outer as tx:
+                if flag is None:
+                    every_element(tx)
+                elif rank == 0:
+                    flagged_sessions(tx, flag)
+                else:
+                    per_session = in_strides[flag][0] == T.int64(0)
+                    for d in range(1, rank):
+                        per_session = T.And(per_session, in_strides[flag][d] == T.int64(0))
+                    with T.If(per_session):
+                        with T.Then():
+                            flagged_sessions(tx, flag)
+                        with T.Else():
+                            every_element(tx)
     return ib.get()
 
 
@@ -263,16 +315,19 @@ def to_device_body(kernel_name: str, param_names: list[str], source: str, thread
 
 
 @functools.lru_cache(maxsize=None)
-def device_body(expr_text: str, rank: int, n_inputs: int, threads: int) -> DeviceBody:
-    """The generated body of one (expression, rank, n_inputs), cached by its text for the process (a
-    profile's bodies cost ~30 ms each in TVM, after TVM's ~0.8 s import)."""
+def device_body(expr_text: str, rank: int, n_inputs: int, threads: int, keep: int = -1) -> DeviceBody:
+    """The generated body of one (expression, rank, n_inputs, keep), cached by its text for the process (a
+    profile's bodies cost ~30 ms each in TVM, after TVM's ~0.8 s import). Raises WavecError for a ``keep``
+    that is not the expression's kept input (wavec.opcodes.kept_input)."""
     expr = parse_expr(expr_text)
+    if keep >= 0 and kept_input(expr) != keep:
+        raise WavecError(f"tvm_ewise: {expr_text!r} is not select(c, a, %{keep}), so it cannot keep input {keep}")
     if not _names(expr) <= set(_TIR_OPS):
         raise WavecError(f"tvm_ewise: {expr_text!r} uses a function without a TensorIR form")
     used = expr.inputs()
     if used and max(used) >= n_inputs:
         raise WavecError(f"tvm_ewise: {expr_text!r} reads %{max(used)} but the tile has {n_inputs} inputs")
-    name, kernel, source = _lower_for_cuda(ewise_primfunc(expr, rank, n_inputs, threads), threads)
+    name, kernel, source = _lower_for_cuda(ewise_primfunc(expr, rank, n_inputs, threads, keep=keep), threads)
     return to_device_body(name, [p.name for p in kernel.params], source, threads)
 
 
@@ -290,7 +345,7 @@ def generated_bodies(bodies: list[dict], threads: int) -> list[DeviceBody | str]
     out: list[DeviceBody | str] = []
     for b in bodies:
         try:
-            out.append(device_body(b["expr"], int(b["rank"]), int(b["n_inputs"]), threads))
+            out.append(device_body(b["expr"], int(b["rank"]), int(b["n_inputs"]), threads, int(b.get("keep", -1))))
         except Exception as e:  # noqa: BLE001 - TVM's internal errors have no common base; fall back
             out.append(type(e).__name__)
     return out
@@ -306,14 +361,14 @@ def _llvm_fmod() -> None:
     )
 
 
-def cpu_function(expr: Expr, rank: int, n_inputs: int, threads: int):
+def cpu_function(expr: Expr, rank: int, n_inputs: int, threads: int, keep: int = -1):
     """The same PrimFunc built for the llvm target (threadIdx.x as a serial loop): a callable taking
     ``(in0, ..., out, begin, end, sessions, dims..., out_strides..., out_sstride, in strides..., in sstrides...)``
     with tvm.runtime tensors for the buffers. For tests against wavec.opcodes.eval_expr."""
     import tvm
 
     _llvm_fmod()
-    func = ewise_primfunc(expr, rank, n_inputs, threads, bind_threads=False)
+    func = ewise_primfunc(expr, rank, n_inputs, threads, bind_threads=False, keep=keep)
     return tvm.compile(tvm.IRModule({FUNC_NAME: func}), target=tvm.target.Target({"kind": "llvm"}))[FUNC_NAME]
 
 
