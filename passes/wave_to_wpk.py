@@ -15,8 +15,9 @@ The program is: one phase resetting each state's slots whose reset flag is set, 
 order, the output copies, then the state writes (after every read of the old state; a new value that is
 itself an old state is copied out during the graph, since the writes run one after another). A
 ``select(c, a, state)`` whose state nothing else reads and whose result is written back to that state (a ring
-cache's write) writes the state's own buffer (`updates_state_in_place`): its state write is no copy, and with
-the reset's ``select(reset, init, state)`` it runs a body that stores only where c holds (wpk-payload).
+cache's write, once per model step) writes the state's own buffer when every reader of the version it
+overwrites comes before it (`updates_state_in_place`): its state write is no copy, and with the reset's
+``select(reset, init, state)`` it runs a body that stores only where c holds (wpk-payload).
 Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
 """
 
@@ -544,14 +545,41 @@ def _kept_operand(op: Operation) -> SSAValue | None:
     return op.operands[k]
 
 
+def _buffer_readers(value: SSAValue) -> list[Operation]:
+    """The ops that read ``value``'s buffer: its users, and the users of any view of it (a reshape, a slice
+    or a reduction may be lowered as a view of their input, which their own users then read)."""
+    readers = []
+    for use in value.uses:
+        readers.append(use.operation)
+        if isinstance(use.operation, (wave.ReshapeOp, wave.SliceOp, wave.ReduceOp)):
+            readers += _buffer_readers(use.operation.result)
+    return readers
+
+
+def _may_write_over(version: SSAValue, update: Operation) -> bool:
+    """Whether ``update`` (an in-place select keeping ``version``) may write over ``version``'s buffer: every
+    other reader of it is a compute op placed before the update (outputs and state writes are lowered after
+    the graph, so they would read the updated buffer), and the update reads it only element for element,
+    as its kept input (through another view it would read elements other tiles write)."""
+    for reader in _buffer_readers(version):
+        if reader is update:
+            continue
+        if isinstance(reader, (wave.OutputOp, wave.StateWriteOp)) or not reader.is_before_in_block(update):
+            return False
+        if isinstance(reader, (wave.ReshapeOp, wave.SliceOp, wave.ReduceOp)) and reader.result in update.operands:
+            return False
+    return [v for v in update.operands if v is version] == [version]
+
+
 def updates_state_in_place(op: Operation) -> SSAValue | None:
-    """The state whose buffer an EWISE ``select(c, a, %k)`` may write in place, element for element: input k is
-    a state nothing else reads, or the result of such an update that no other op updates in its turn, and the
-    chain of updates ends in the state's write (a ring cache's write, ``select(eq(iota, fmod(pos, C)), new,
-    cache)``, once per model step). A reader of an intermediate version runs before the next update writes
-    over it: the schedule orders tasks by the words they touch. None otherwise."""
+    """The state whose buffer an EWISE ``select(c, a, %k)`` may write in place, element for element. Input k is
+    a state nothing else reads, or an earlier such update of it, and the chain of updates ends in the state's
+    write (a ring cache's write, ``select(eq(iota, fmod(pos, C)), new, cache)``, once per model step). Each
+    update must be allowed to write over the version it keeps (`_may_write_over`): the lowering keeps block
+    order, so the readers of a version run before the next update only if they come before it. None
+    otherwise."""
     kept = _kept_operand(op)
-    if kept is None:
+    if kept is None or not _may_write_over(kept, op):
         return None
     if isinstance(kept.owner, wave.StateOp):
         state = kept if kept.has_one_use() else None
@@ -566,7 +594,7 @@ def updates_state_in_place(op: Operation) -> SSAValue | None:
         if any(isinstance(u, wave.StateWriteOp) and u.sym == state.owner.sym for u in users):
             return state
         updaters = [u for u in users if _kept_operand(u) is value]
-        if len(updaters) != 1:
+        if len(updaters) != 1 or not _may_write_over(value, updaters[0]):
             return None
         value = updaters[0].result
 

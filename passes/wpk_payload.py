@@ -10,7 +10,8 @@ wavec.opcodes.EwiseParams): the distinct (expression, rank, n_inputs, keep) of t
 first-use order when the CUDA target can generate their bodies (TVM TensorIR,
 wavec.targets.cuda.tvm_ewise), else every index is -1 and the kernel's bytecode interpreter runs them.
 ``keep`` is the input a ``select(c, a, %k)`` task reads from its own output (`task_kept_input`): its body
-stores only where c holds and never loads input k, so a state's reset touches only the sessions it resets.
+stores only where c holds, so a state's reset writes only the sessions it resets, and a ring cache's write
+only its position.
 `ewise_body_table` lists the numbered bodies for profile.json. Requires `wpk-schedule` and `wpk-arena`.
 """
 

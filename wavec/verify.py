@@ -6,7 +6,8 @@ the arena, the byte range, the kind of conflict and what to do):
 1. structure: ``worker_tasks`` partitions the payload rows and agrees with each record's worker; task ids
    are unique; each task's params word starts one of the blocks params.bin is packed of, and the block
    matches the opcode and ``n_inputs``; an EWISE block's generated-body index is -1 or names the
-   ``ewise_bodies`` entry of its own expression, rank and input count; tiles lie inside the cohort
+   ``ewise_bodies`` entry of its own expression, rank and input count, one that keeps input k (stores
+   only where a select's condition holds) only for a task whose input k is its output; tiles lie inside the cohort
    and the iteration space; operand arenas exist; offsets and session strides are multiples of 4; the
    input, output and state bindings lie inside their arenas and do not overlap each other.
 2. happens-before (wavec.analysis.happens_before): every wait has exactly ``wait_count`` signallers, no

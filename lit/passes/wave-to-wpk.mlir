@@ -174,7 +174,7 @@ func.func @not_batched() {
 
 // A ring cache written twice a beat (two model steps), each step's attention reading its version: both
 // writes select into the state's own buffer (element for element), and the state write is no copy. The
-// first step's reader runs before the second write (the schedule orders tasks by the words they touch).
+// first step's reader comes before the second write in block order, which the lowering keeps.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @ring_two_steps() {
     %c = wave.state "kv" {cohort_axis = 0 : i64} : tensor<2x4x8xf32>
@@ -199,3 +199,27 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["w.iota", "in.pos", "in.new", "s.kv"], {{.*}}output = "s.kv"
 // CHECK:       wpk.phase "output_c2"
 // CHECK-NOT:   wpk.phase "state_write_kv"
+
+// -----
+
+// The first version is also an output, and outputs are copied after the graph: the second write may not
+// write over it, so neither select writes the state in place, and the state write copies.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @ring_version_output() {
+    %c = wave.state "cache" {cohort_axis = 0 : i64} : tensor<2x4x8xf32>
+    %i = wave.weight "iota" : tensor<4x1xf32>
+    %p = wave.input "pos" {cohort_axis = 0 : i64} : tensor<2x1x1xf32>
+    %n = wave.input "new" {cohort_axis = 0 : i64} : tensor<2x1x8xf32>
+    %c1 = wave.ewise "select(eq(%0, fmod(%1, 4.0)), %2, %3)"(%i, %p, %n, %c) : (tensor<4x1xf32>, tensor<2x1x1xf32>, tensor<2x1x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+    %c2 = wave.ewise "select(eq(%0, fmod(add(%1, 1.0), 4.0)), %2, %3)"(%i, %p, %n, %c1) : (tensor<4x1xf32>, tensor<2x1x1xf32>, tensor<2x1x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+    wave.state_write "cache", %c2 : tensor<2x4x8xf32>
+    wave.output "c1", %c1 {cohort_axis = 0 : i64} : tensor<2x4x8xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "reset_cache"
+// CHECK:       wpk.phase "ewise_4"
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "t{{[0-9]+}}"
+// CHECK:       wpk.phase "ewise_5"
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "t{{[0-9]+}}"
+// CHECK:       wpk.phase "state_write_cache"

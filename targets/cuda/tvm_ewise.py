@@ -1,8 +1,10 @@
 """Generated CUDA tile bodies for EWISE expressions, from TVM TensorIR (apache-tvm 0.27, optional).
 
-For each distinct (expression, rank, n_inputs) of a profile's EWISE tasks (profile.json ``ewise_bodies``,
+For each distinct (expression, rank, n_inputs, keep) of a profile's EWISE tasks (profile.json ``ewise_bodies``,
 numbered by wpk-payload) this module builds one TensorIR PrimFunc over one task tile and lets TVM emit its
-CUDA for sm_90; a text pass turns the kernel into a ``__device__`` function of the persistent kernel.
+CUDA for sm_90; a text pass turns the kernel into a ``__device__`` function of the persistent kernel. A body
+that keeps input k (``select(c, a, %k)``, input k being the output) stores only where c holds
+(`ewise_primfunc`).
 
 The tile (the semantics of wavec.opcodes.EwiseParams, for the sessions of one payload):
 
@@ -130,8 +132,8 @@ def _tir_value(expr: Expr, loads: list):
 
 def session_flag_input(expr: Expr, keep: int) -> int | None:
     """j when a kept-input body's condition is input j itself (a reset's flag): where j holds one value a
-    session (its element strides all 0, checked at run time) the body reads it once a session and walks only
-    the flagged sessions' elements. None otherwise."""
+    session (no stride along an axis longer than 1, checked at run time) the body reads it once a session and
+    walks only the flagged sessions' elements. None otherwise."""
     if keep >= 0 and expr.args[0].kind == "input":
         return int(expr.args[0].value)  # type: ignore[arg-type]
     return None
@@ -142,8 +144,8 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
     ``bind_threads=False`` keeps the same loop nest with a serial outer loop, for the CPU (llvm) build.
     ``keep >= 0``: ``expr`` is ``select(c, a, %keep)`` and input ``keep`` is the output itself
     (wavec.opcodes.kept_input, wpk-payload): the body stores ``a`` where ``c`` holds and touches nothing
-    else, so input ``keep`` is never loaded (a reset or ring write then moves the bytes it changes, not the
-    whole state)."""
+    else, so input ``keep`` is loaded only where ``c`` or ``a`` reads it (a reset or ring write then moves the
+    bytes it changes, not the whole state)."""
     from tvm.script import tirx as T
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder.tirx import prim_func
@@ -220,9 +222,11 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                 elif rank == 0:
                     flagged_sessions(tx, flag)
                 else:
-                    per_session = in_strides[flag][0] == T.int64(0)
+                    # One value a session: no stride along an axis longer than 1 (a broadcast axis of size 1
+                    # may have any stride).
+                    per_session = T.Or(in_strides[flag][0] == T.int64(0), dims[0] == 1)
                     for d in range(1, rank):
-                        per_session = T.And(per_session, in_strides[flag][d] == T.int64(0))
+                        per_session = T.And(per_session, T.Or(in_strides[flag][d] == T.int64(0), dims[d] == 1))
                     with T.If(per_session):
                         with T.Then():
                             flagged_sessions(tx, flag)
