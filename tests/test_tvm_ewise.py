@@ -365,6 +365,10 @@ def test_ring_caches_are_written_in_place_with_no_state_write():
     assert len(ring) == 1 and ring[0]["expr"] == "select(eq(%0, fmod(%1, 8.0)), %2, %3)"
     names = [ph["name"] for ph in profile.meta["phases"]]
     assert not [n for n in names if n.startswith("state_write_") and ".kv." in n], names
+    from wavec.report import format_report
+
+    # Three: the ring write, and the resets of rank 1 (the beat counter) and rank 3 (the caches).
+    assert "3 of them storing only where a select's condition holds" in format_report(profile.report)
 
 
 def _state_update_chains():
