@@ -545,13 +545,18 @@ def _kept_operand(op: Operation) -> SSAValue | None:
     return op.operands[k]
 
 
+def _is_view(op: Operation) -> bool:
+    """Whether ``op`` may be lowered as a view of its input's buffer (`_lower_op`): a reshape, a reduction over
+    axes of size 1, or a slice (one that folds into its users or is a block; taken as a view either way)."""
+    return isinstance(op, (wave.ReshapeOp, wave.SliceOp)) or isinstance(op, wave.ReduceOp) and is_unit_reduction(op)
+
+
 def _buffer_readers(value: SSAValue) -> list[Operation]:
-    """The ops that read ``value``'s buffer: its users, and the users of any view of it (a reshape, a slice
-    or a reduction may be lowered as a view of their input, which their own users then read)."""
+    """The ops that read ``value``'s buffer: its users, and the users of any view of it (`_is_view`)."""
     readers = []
     for use in value.uses:
         readers.append(use.operation)
-        if isinstance(use.operation, (wave.ReshapeOp, wave.SliceOp, wave.ReduceOp)):
+        if _is_view(use.operation):
             readers += _buffer_readers(use.operation.result)
     return readers
 
@@ -566,7 +571,7 @@ def _may_write_over(version: SSAValue, update: Operation) -> bool:
             continue
         if isinstance(reader, (wave.OutputOp, wave.StateWriteOp)) or not reader.is_before_in_block(update):
             return False
-        if isinstance(reader, (wave.ReshapeOp, wave.SliceOp, wave.ReduceOp)) and reader.result in update.operands:
+        if _is_view(reader) and reader.result in update.operands:
             return False
     return [v for v in update.operands if v is version] == [version]
 
