@@ -10,7 +10,8 @@ whole while a convolution's few outputs of hundreds of taps each spread over man
 becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op. A slice that
 selects a contiguous block, or that only elementwise ops and copies (concat, outputs, state writes) read,
 is no task at all: the block's offset, or the strided view those ops read through; neither is a sum,
-mean, max, min, product or log-sum-exp over axes of size 1 (a reshape).
+mean, max, min, product or log-sum-exp over axes of size 1 (a reshape), nor a transpose read only as
+MATMULs' b with its columns still contiguous (`folds_into_matmuls`).
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
 order, the output copies, then the state writes (after every read of the old state; a new value that is
 itself an old state is copied out during the graph, since the writes run one after another). A
@@ -482,6 +483,15 @@ def transpose_view(op: wave.TransposeOp, x: Loc) -> Loc:
                tuple(x.strides[p] for p in op.perm.get_values()))
 
 
+def folds_into_matmuls(op: wave.TransposeOp, x: Loc) -> bool:
+    """A transpose read only as MATMULs' b, whose view keeps b's columns contiguous (last stride 1), is lowered
+    as that view, not as a copy phase: the GEMM bodies read b through its strides, and an n-contiguous b is
+    what the streaming GEMM takes. Attention's V, a ring cache [C, H, D] read as [H, C, D], is one: duplex:1b
+    copied each V cache whole every beat for it. (Its K, read as [H, D, C], would have columns H x D apart.)"""
+    return transpose_view(op, x).strides[-1] == 1 and all(
+        isinstance(use.operation, wave.MatmulOp) and use.index == 1 for use in op.result.uses)
+
+
 def _widest_subtree(expr: Expr) -> Expr | None:
     """The largest call in `expr` that reads between 2 and MAX_INPUTS distinct inputs."""
     best = None
@@ -547,8 +557,9 @@ def _kept_operand(op: Operation) -> SSAValue | None:
 
 def _is_view(op: Operation) -> bool:
     """Whether ``op`` may be lowered as a view of its input's buffer (`_lower_op`): a reshape, a reduction over
-    axes of size 1, or a slice (one that folds into its users or is a block; taken as a view either way)."""
-    return isinstance(op, (wave.ReshapeOp, wave.SliceOp)) or isinstance(op, wave.ReduceOp) and is_unit_reduction(op)
+    axes of size 1, a slice or a transpose (one that folds into its users; taken as a view either way)."""
+    return (isinstance(op, (wave.ReshapeOp, wave.SliceOp, wave.TransposeOp))
+            or isinstance(op, wave.ReduceOp) and is_unit_reduction(op))
 
 
 def _buffer_readers(value: SSAValue) -> list[Operation]:
@@ -615,6 +626,9 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         if block is not None or folds_into_users(op):
             lw.locs[op.result] = block or view
             return
+    if isinstance(op, wave.TransposeOp) and folds_into_matmuls(op, lw.loc(op.x, op)):
+        lw.locs[op.result] = transpose_view(op, lw.loc(op.x, op))
+        return
     ins = [lw.loc(v, op) for v in op.operands]
     state = updates_state_in_place(op)
     out = lw.loc(state, op) if state is not None else lw.act(op.result)

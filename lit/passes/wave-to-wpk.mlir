@@ -223,3 +223,28 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "ewise_5"
 // CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "t{{[0-9]+}}"
 // CHECK:       wpk.phase "state_write_cache"
+
+// -----
+
+// Attention over a ring cache [C, H, D]: V read as [H, C, D] keeps its columns (D) contiguous, so the
+// transpose is a view the matmul reads through (no phase); K read as [H, D, C] would have its columns H x D
+// apart, so it stays a copy.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @attention_views() {
+    %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x6x2x4xf32>
+    %vc = wave.input "v" {cohort_axis = 0 : i64} : tensor<2x6x2x4xf32>
+    %q = wave.input "q" {cohort_axis = 0 : i64} : tensor<2x2x1x4xf32>
+    %kt = wave.transpose %kc {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x6x2x4xf32>) -> tensor<2x2x4x6xf32>
+    %s = wave.matmul %q, %kt : (tensor<2x2x1x4xf32>, tensor<2x2x4x6xf32>) -> tensor<2x2x1x6xf32>
+    %vt = wave.transpose %vc {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x6x2x4xf32>) -> tensor<2x2x6x4xf32>
+    %o = wave.matmul %s, %vt : (tensor<2x2x1x6xf32>, tensor<2x2x6x4xf32>) -> tensor<2x2x1x4xf32>
+    wave.output "o", %o {cohort_axis = 0 : i64} : tensor<2x2x1x4xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "transpose_3"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.k"]
+// CHECK:       wpk.phase "matmul_4"
+// CHECK-NOT:   wpk.phase "transpose_5"
+// CHECK:       wpk.phase "matmul_6"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["t{{[0-9]+}}", "in.v"]
