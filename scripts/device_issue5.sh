@@ -16,6 +16,9 @@
 #   big      Silero at 4,096 and 16,384 sessions against onnxruntime (big.json)
 #   timeline `wavec run --backend cuda --timeline` on Silero at 1, 64 (30 beats) and 16,384 sessions (6 beats;
 #            timeline-N.json), those of them carried
+#   dtimeline `wavec run --backend cuda --timeline` on each .device/duplex1b-N carried, 6 beats of random
+#            mel frames with one session (re)joining a beat (timeline-duplexN.json; `wavec report PROFILE
+#            --timeline FILE` breaks the beat down by phase)
 #   ab=NAME=VALUE   Silero at 1, 64 and 1,024 sessions with a kernel switch set (gpu_check --set), against
 #            the interpreter (ab.json)
 #   peers    Silero against PyTorch eager one at a time (up to 64 sessions), batched and CUDA graph, 1 to
@@ -37,11 +40,11 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|builtin|big|timeline|ab=NAME=VALUE|peers|density|conv|gemm|bodies|duplex ... [-- OUTDIR]"
+usage="usage: $0 check|builtin|big|timeline|dtimeline|ab=NAME=VALUE|peers|density|conv|gemm|bodies|duplex ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | builtin | big | timeline | peers | density | conv | gemm | bodies | duplex | ab=?*=?*) ;;
+  check | builtin | big | timeline | dtimeline | peers | density | conv | gemm | bodies | duplex | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +75,17 @@ frames, reset = cohort_schedule($n, 30 if $n <= 1024 else 6, seed=3); np.savez('
       timeout 40 python3 -c "$prelude
 from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run .device/vad-$n --backend cuda \
         --inputs /tmp/inputs-$n.npz -o /tmp/vad-$n.npz --timeline "$out/timeline-$n.json"
+    done
+    ;;
+  dtimeline)
+    for dir in .device/duplex1b-*; do
+      [ -d "$dir" ] || continue
+      n=${dir##*-}
+      python3 -c "import numpy as np; rng = np.random.default_rng(5)
+np.savez('/tmp/duplex-$n.npz', mel=rng.normal(size=(6, $n, 80, 8)).astype(np.float32), reset=np.eye(6, $n, dtype=bool))"
+      timeout 90 python3 -c "$prelude
+from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run "$dir" --backend cuda \
+        --inputs /tmp/duplex-$n.npz -o /tmp/duplex-$n-out.npz --timeline "$out/timeline-duplex$n.json"
     done
     ;;
   ab=*)
