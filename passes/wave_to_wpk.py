@@ -483,12 +483,13 @@ def transpose_view(op: wave.TransposeOp, x: Loc) -> Loc:
                tuple(x.strides[p] for p in op.perm.get_values()))
 
 
-def folds_into_matmuls(op: wave.TransposeOp, x: Loc) -> bool:
-    """A transpose read only as MATMULs' b, whose view keeps b's columns contiguous (last stride 1), is lowered
-    as that view, not as a copy phase: the GEMM bodies read b through its strides, and an n-contiguous b is
-    what the streaming GEMM takes. Attention's V, a ring cache [C, H, D] read as [H, C, D], is one: duplex:1b
-    copied each V cache whole every beat for it. (Its K, read as [H, D, C], would have columns H x D apart.)"""
-    return transpose_view(op, x).strides[-1] == 1 and all(
+def folds_into_matmuls(op: wave.TransposeOp, view: Loc) -> bool:
+    """A transpose read only as MATMULs' b, whose ``view`` (transpose_view) keeps b's columns contiguous (last
+    stride 1), is lowered as that view, not as a copy phase: the GEMM bodies read b through its strides, and an
+    n-contiguous b is what the streaming GEMM takes. Attention's V, a ring cache [C, H, D] read as [H, C, D], is
+    one: duplex:1b copied each V cache whole every beat for it. (Its K, read as [H, D, C], would have columns
+    H x D apart.)"""
+    return view.strides[-1] == 1 and all(
         isinstance(use.operation, wave.MatmulOp) and use.index == 1 for use in op.result.uses)
 
 
@@ -626,9 +627,11 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         if block is not None or folds_into_users(op):
             lw.locs[op.result] = block or view
             return
-    if isinstance(op, wave.TransposeOp) and folds_into_matmuls(op, lw.loc(op.x, op)):
-        lw.locs[op.result] = transpose_view(op, lw.loc(op.x, op))
-        return
+    if isinstance(op, wave.TransposeOp):
+        view = transpose_view(op, lw.loc(op.x, op))
+        if folds_into_matmuls(op, view):
+            lw.locs[op.result] = view
+            return
     ins = [lw.loc(v, op) for v in op.operands]
     state = updates_state_in_place(op)
     out = lw.loc(state, op) if state is not None else lw.act(op.result)

@@ -430,6 +430,7 @@ def test_a_kernel_switch_is_set_by_name_and_an_unknown_one_refused():
     source = codegen.generate_kernel(profile.meta)
     assert "constexpr int kConvUnroll = 4;" in source
     assert "constexpr int kConvUnroll = 2;" in codegen.with_constant(source, "kConvUnroll", "2")
+    assert "constexpr unsigned kMaxBackoffNs = 64;" in codegen.with_constant(source, "kMaxBackoffNs", "64")
     with pytest.raises(ValueError, match="kNoSuchSwitch"):
         codegen.with_constant(source, "kNoSuchSwitch", "true")
     assert constant_setting("kConvUnroll=2") == "kConvUnroll=2"

@@ -17,8 +17,8 @@ TG_M = 64  # kTgM
 
 
 def tg_k(threads: int) -> int:
-    """kTgK: 64 k rows a chunk from 512 threads a block, 32 below."""
-    return 64 if threads >= 512 else 32
+    """kTgK: 64 k rows a chunk at 512 threads a block, 32 at the others."""
+    return 64 if threads == 512 else 32
 
 
 class Geometry:
@@ -167,20 +167,18 @@ class MatmulOps:
 
 def tg_fits(threads: int) -> bool:
     """kTgFits: the block sizes the tiled GEMM runs at."""
-    n, k = 16 * (threads // 32 // 4), tg_k(threads)
-    return threads % 128 == 0 and (TG_M * k) % threads == 0 and (TG_M + n) * (k + 4) * 4 <= 40 * 1024
+    return threads % 128 == 0 and threads <= 1024 and (TG_M * tg_k(threads)) % threads == 0
 
 
 @pytest.mark.parametrize("threads", range(32, 1025, 32))
 def test_the_staging_covers_each_chunk_once_at_every_block_size_it_runs_at(threads):
-    """Every size kTgFits admits stages each chunk exactly once; the multiples of 128 it refuses for that (384
-    threads, say) would skip rows of A, and take the lane-group bodies (as 1,024 threads do, whose staging would
-    pass 40 KB of shared memory)."""
+    """Every size kTgFits admits stages each chunk exactly once; the multiples of 128 it refuses (384 threads,
+    say) would skip rows of A, and take the lane-group bodies."""
     geo = Geometry(threads)
     stage_a = lambda: staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape),  # noqa: E731
                              np.zeros(geo.a_row.shape), (TG_M, geo.k_chunk))
     if not tg_fits(threads):
-        if threads % 128 == 0 and (TG_M * geo.k_chunk) % threads:
+        if threads % 128 == 0:
             with pytest.raises(AssertionError, match="exactly once"):
                 stage_a()
         return

@@ -158,12 +158,13 @@ def ewise_generated_source(meta: dict) -> str:
 
 
 def with_constant(source: str, name: str, value: str) -> str:
-    """``source`` (a generated kernel) with its ``constexpr bool|int NAME`` set to ``value``: the A/B switch of
-    a body variant (scripts/gpu_check.py --set). Raises ValueError when the kernel has no such constant."""
-    pattern = re.compile(rf"constexpr (bool|int) {re.escape(name)} = [^;]+;")
+    """``source`` (a generated kernel) with its ``constexpr bool|int|unsigned NAME`` set to ``value``: the A/B
+    switch of a body variant (scripts/gpu_check.py --set). Raises ValueError when the kernel has no such
+    constant."""
+    pattern = re.compile(rf"constexpr (bool|int|unsigned) {re.escape(name)} = [^;]+;")
     out, n = pattern.subn(lambda m: f"constexpr {m.group(1)} {name} = {value};", source, count=1)
     if n != 1:
-        raise ValueError(f"the kernel has no constexpr bool or int named {name!r}")
+        raise ValueError(f"the kernel has no constexpr bool, int or unsigned named {name!r}")
     return out
 
 
@@ -297,7 +298,7 @@ constexpr unsigned kTotalCounters = kProfileCounters + $extra_counters;  // word
 constexpr int kParamWindow = $param_window;  // words of a task's parameter block staged in shared memory (0: none)
 constexpr long long kParamWords = $param_words;  // params.bin's length in words ("param_words")
 constexpr int kTraceWords = 3;  // optional trace, per payload row: wait begins, body begins, body ends (ns)
-constexpr int kMaxBackoffNs = 256;                   // __nanosleep cap while spinning on device counters
+constexpr unsigned kMaxBackoffNs = 256;              // __nanosleep cap while spinning on device counters
 constexpr unsigned kHostPollMaxBackoffNs = 512;      // cap while block 0 polls host memory (PCIe)
 constexpr unsigned kStopCheckPolls = 64;             // polls between two reads of the host stop flag
 constexpr unsigned long long kWaitTimeoutNs = 10000000000ull;  // a counter wait this long is a deadlock
@@ -389,7 +390,7 @@ __device__ int spin_until(const unsigned* word, unsigned target, const volatile 
                           unsigned counter, unsigned beat) {
   unsigned v = kSystemScope ? ld_acquire_sys(word) : ld_acquire_gpu(word);
   if (reached(v, target)) return kReached;
-  const unsigned max_ns = kSystemScope ? kHostPollMaxBackoffNs : (unsigned)kMaxBackoffNs;
+  const unsigned max_ns = kSystemScope ? kHostPollMaxBackoffNs : kMaxBackoffNs;
   const unsigned long long start = global_timer_ns();
   unsigned ns = 16;
   for (unsigned polls = 1;; ++polls) {
@@ -769,17 +770,17 @@ __device__ __noinline__ long long strided_offset(unsigned e, int rank, const lon
 constexpr bool kTiledGemm = true;
 // kTgK: a chunk of 64 k rows puts 8 A and 8 B loads a thread in flight at 512 threads, where 32 put 4 and 4
 // (bench/gemm.py, 2 x 8192^2 at 64 sessions: 947 -> 892 us; Silero unchanged; bench/RESULTS.md ninth run).
-// Smaller blocks keep 32: 256 threads would stage 16 + 8 values a thread and spill.
-constexpr int kTgM = 64, kTgK = kBlockThreads >= 512 ? 64 : 32;
+// Other block sizes keep 32: 256 threads would stage 16 + 8 values a thread and spill, 1,024 threads' staging
+// would pass 40 KB of shared memory.
+constexpr int kTgM = 64, kTgK = kBlockThreads == 512 ? 64 : 32;
 constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads and k-contiguous stores miss bank conflicts
 constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
 constexpr int kTgRowStep = (int)kBlockThreads / kTgK;         // rows between a thread's staged values (along k)
 constexpr int kTgLoadsA = kTgM * kTgK / (int)kBlockThreads;  // A values a thread stages per chunk
 constexpr int kTgLoadsB = kTgN * kTgK / (int)kBlockThreads;  // B values a thread stages per chunk
-// Blocks of 128, 256 or 512 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and stage whole chunks
-// (384 threads, say, would leave rows of A unstaged); 1,024 threads' staging would pass 40 KB of shared memory.
-constexpr bool kTgFits = kBlockThreads % 128 == 0 && (kTgM * kTgK) % kBlockThreads == 0 &&
-                         (kTgM + kTgN) * kTgLd * (int)sizeof(float) <= 40 * 1024;
+// Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and stage whole
+// chunks (384 threads, say, would leave rows of A unstaged).
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && (kTgM * kTgK) % kBlockThreads == 0;
 static_assert(!kTgFits || kTgLoadsA * (int)kBlockThreads == kTgM * kTgK, "A staging covers the chunk");
 static_assert(!kTgFits || kTgN * kTgK == kTgLoadsB * (int)kBlockThreads, "B staging covers the chunk");
 
@@ -1711,7 +1712,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
             break;
           }
           __nanosleep(ns);
-          ns = ns < (unsigned)kMaxBackoffNs ? 2 * ns : (unsigned)kMaxBackoffNs;
+          ns = ns < kMaxBackoffNs ? 2 * ns : kMaxBackoffNs;
         }
       }
       control = r;
