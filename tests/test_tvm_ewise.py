@@ -179,12 +179,13 @@ def _view(base: np.ndarray, mid: int):
 
 
 def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng, keep: int = -1, per_session: tuple[int, ...] = (),
-                  max_dim: int = 4) -> None:
+                  max_dim: int = 4, threads: int = BLOCK_THREADS) -> None:
     """The CPU build of the body against eval_expr. ``keep >= 0``: the body keeping that input of a select
     (wpk-payload gives it to a task whose input is its own output): it must store the select's value where
     the condition holds and leave the other elements as they were, without reading input ``keep`` (here
     all NaN, apart from the output). Inputs in ``per_session`` hold one value a session (element strides 0),
-    as a reset's flag does. Dims are drawn from 1 to ``max_dim``."""
+    as a reset's flag does. Dims are drawn from 1 to ``max_dim``; ``threads``: the block the body is built for
+    (a few make tiles of several EWISE_BATCH batches a thread)."""
     expr = parse_expr(expr_text)
     shape = tuple(int(d) for d in rng.integers(1, max_dim + 1, size=rank))
     n = int(np.prod(shape, dtype=np.int64))
@@ -213,7 +214,7 @@ def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng, keep: int = -1,
         in_strides.append(st), in_sstrides.append(ss), bases.append(_aligned(base)), mids.append(mid)
     out_base = _aligned(np.full(sessions * out_sstride, 7.0, np.float32))
 
-    fn = tvm_ewise.cpu_function(expr, rank, n_inputs, BLOCK_THREADS, keep=keep)
+    fn = tvm_ewise.cpu_function(expr, rank, n_inputs, threads, keep=keep)
     fn(*[_view(b, m) for b, m in zip(bases, mids)], _view(out_base, 0), begin, end, sessions, *shape, *out_strides,
        out_sstride, *[s for st in in_strides for s in st], *in_sstrides)
 
@@ -255,6 +256,18 @@ def test_every_function_matches_eval_expr_on_the_cpu(rank):
     for text in _all_functions_exprs():
         n_in = max(parse_expr(text).inputs()) + 1
         _check_on_cpu(text, rank, n_in, rng)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_thread_loads_a_batch_of_elements_before_it_stores_them(threads):
+    """Tiles of EWISE_BATCH x threads elements and more take the batched loop, the rest the one-element loop
+    after it: both parts, a kept input's, and a tile of less than one batch against eval_expr."""
+    rng = np.random.default_rng(threads)
+    for text, n_in, keep in [("add(mul(%0, %1), mul(%2, %3))", 4, -1), ("exp(sub(%0, %1))", 2, -1),
+                             ("select(eq(%0, fmod(%1, 4.0)), %2, %3)", 4, 3), ("%0", 1, -1)]:
+        for rank in (1, 3):
+            for _ in range(3):
+                _check_on_cpu(text, rank, n_in, rng, keep=keep, max_dim=6, threads=threads)
 
 
 @pytest.mark.parametrize("expr_text, keep", [("select(%0, %1, %2)", 2),  # a state's reset

@@ -40,6 +40,11 @@ from wavec.opcodes import BINARY, TERNARY, UNARY, Expr, kept_input, parse_expr
 
 DEVICE_ARCH = "sm_90"
 FUNC_NAME = "ewise_tile"  # the PrimFunc's global symbol; TVM names the kernel FUNC_NAME + "_kernel"
+# Elements a thread loads before it stores any, in a tile of at least EWISE_BATCH x threads elements: one
+# at a time, an SM keeps 512 threads x (inputs) x 4 bytes in flight, 8 KB for two inputs, a quarter of the
+# ~32 KB that 4.2 TB/s over 132 SMs needs at ~1 us of latency (Little's law; duplex:1b's large EWISE
+# phases moved 0.4-0.5 TB/s so, bench/RESULTS.md ninth run).
+EWISE_BATCH = 4
 
 
 def available() -> bool:
@@ -170,10 +175,10 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
             out = T.match_buffer(out_handle, (T.int64(),), "float32", align=4)
             IRBuilder.name("out", out)
             n = end - begin
+            read = expr.inputs() if keep < 0 else expr.args[0].inputs() | expr.args[1].inputs()
 
-            def tile_element(sess, e, guarded: bool) -> None:
-                """Session ``sess``'s element ``begin + e``: its value stored (kept-input bodies: where the
-                condition holds, unless ``guarded`` is False because the caller checked it)."""
+            def element_offsets(sess, e):
+                """Session ``sess``'s element ``begin + e``: its offsets in each input and in the output."""
                 rem = begin + e
                 idx: list = [None] * rank
                 for d in reversed(range(rank)):
@@ -186,20 +191,46 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                         off = off + idx[d] * strides[d]
                     return off
 
-                loads = [ins[k][at(in_strides[k], in_sstrides[k])] for k in range(n_inputs)]
+                return [at(in_strides[k], in_sstrides[k]) for k in range(n_inputs)], at(out_strides, out_sstride)
+
+            def store(values, out_at, guarded: bool) -> None:
+                """The element's value from its inputs' ``values`` stored (kept-input bodies: where the
+                condition holds, unless ``guarded`` is False because the caller checked it)."""
                 if keep < 0 or not guarded:
-                    T.buffer_store(out, _tir_value(expr if keep < 0 else expr.args[1], loads), [at(out_strides, out_sstride)])
+                    T.buffer_store(out, _tir_value(expr if keep < 0 else expr.args[1], values), [out_at])
                     return
-                with T.If(_tir_value(expr.args[0], loads) != T.float32(0.0)):
+                with T.If(_tir_value(expr.args[0], values) != T.float32(0.0)):
                     with T.Then():
-                        T.buffer_store(out, _tir_value(expr.args[1], loads), [at(out_strides, out_sstride)])
+                        T.buffer_store(out, _tir_value(expr.args[1], values), [out_at])
+
+            def tile_element(sess, e, guarded: bool) -> None:
+                in_at, out_at = element_offsets(sess, e)
+                store([ins[k][in_at[k]] for k in range(n_inputs)], out_at, guarded)
+
+            def element(w, guarded: bool) -> None:
+                tile_element(T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n), guarded)
+
+            def batch_of_elements(w0) -> None:
+                """EWISE_BATCH elements a thread, ``threads`` apart from ``w0``, all inside the tile: every
+                load before the first store, so their round trips overlap (a loop of single elements
+                waits for each: its store may alias the next element's loads, for all nvcc knows)."""
+                offsets = [element_offsets(T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n))
+                           for w in (w0 + u * threads for u in range(EWISE_BATCH))]
+                values = [[T.bind(ins[k][in_at[k]]) if k in read else None for k in range(n_inputs)]
+                          for in_at, _ in offsets]
+                for vals, (_, out_at) in zip(values, offsets):
+                    store(vals, out_at, True)
 
             def every_element(tx) -> None:
-                with T.serial((sessions * n + (threads - 1)) // threads) as i:
-                    w = i * threads + tx
-                    with T.If(w < sessions * n):
+                total, batch = sessions * n, threads * EWISE_BATCH
+                with T.serial(T.truncdiv(total, batch)) as i:
+                    batch_of_elements(i * batch + tx)
+                done = T.truncdiv(total, batch) * batch
+                with T.serial((total - done + (threads - 1)) // threads) as i:
+                    w = done + i * threads + tx
+                    with T.If(w < total):
                         with T.Then():
-                            tile_element(T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n), True)
+                            element(w, True)
 
             def flagged_sessions(tx, j: int) -> None:
                 """Only the sessions whose flag (input j, one value a session) is set: a reset with no
