@@ -21,6 +21,15 @@ def tg_k(threads: int) -> int:
     return 64 if threads == 512 else 32
 
 
+def gemm_smem_floats(threads: int) -> int:
+    """kGemmSmemFloats: the larger of the tiled GEMM's staging (when the block tiles it) and the streaming
+    GEMM's, threads x kSvRows (8)."""
+    k_chunk = tg_k(threads)
+    tiled = (TG_M + 16 * (threads // 32 // 4)) * (k_chunk + 4)
+    fits = threads % 128 == 0 and threads <= 1024 and TG_M * k_chunk % threads == 0
+    return max(tiled, threads * 8) if fits else threads * 8
+
+
 class Geometry:
     """kTgWarps, kTgK, kTgN, kTgRowStep, kTgLoadsA, kTgLoadsB and the staging positions of a block of ``threads`` threads."""
 

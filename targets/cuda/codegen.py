@@ -1195,6 +1195,152 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
   __syncthreads();  // the staging is free for the block's next task
 }
 
+// ---- The weight-streaming GEMM on tensor cores (a cohort's rows) ------------------------------------------
+// A tile of more than kSvRows rows and at most kMmaStreamRows, b n-contiguous in 16-byte column vectors, no
+// prologue. The streaming GEMM's narrow pass keeps accumulators for 8 rows and streams b once per 8 rows;
+// here a block takes 32 rows a pass, each warp 16 of them by 32 columns in mma.sync m16n8k8 fragments
+// (3xTF32, as the tiled GEMM, each step's products added to the accumulators in fp32). Warps split the
+// tile's columns into G groups of 32, each group into the pass's two 16-row halves, and each half's k
+// into Wg slices of k8 steps (step i of slice s: k = 8 (s + i Wg)); a warp loads its own A and b values,
+// kMmaDepth steps ahead, with no barrier and no staging (the two halves' b loads meet in L2). Inside a
+// step, logical k (q, q + 4) of the PTX fragments is stored k (2q, 2q + 1), and column 4c + t of the group
+// is n8 tile t's column c, so lane g's b values are one float4 at column 4g of each of two k rows. The
+// slices' parts are added in a fixed tree (slice s takes s + span's, span = 1, 2, 4, ...) through the GEMM
+// staging buffer, so every run gives the same bits. Switch: kMmaStreamRows = 0 leaves these tiles to the
+// tiled GEMM and the narrow pass.
+constexpr unsigned kMmaStreamRows = 64;
+constexpr int kMmaDepth = 4;  // steps of loads a warp has in flight: 4 x 8 warps' distinct 1 KB of b, 32 KB a SM
+constexpr int kMmaPassRows = 32, kMmaCols = 32, kMmaPart = 16 * kMmaCols;  // a warp's part: 16 rows x 32 columns
+// Each block starts its slices' walk over k at a step of its own (the block's index times 5, wrapped), so the
+// SMs of a phase, all reading the same A, spread their first reads over its lines instead of all asking L2
+// for the same ones at once. Any start gives the same bits run after run: a task's worker is fixed.
+constexpr bool kMmaRotate = true;
+
+struct MmaStreamLayout {
+  unsigned G, Wg, group, half, slice, slots;
+  bool active;
+  __device__ explicit MmaStreamLayout(unsigned n_cols) {
+    G = (n_cols + kMmaCols - 1) / kMmaCols;
+    Wg = blockDim.x / 32 / (2 * max(G, 1u));
+    const unsigned warp = threadIdx.x / 32;
+    group = warp % G;
+    half = warp / G % 2;
+    slice = warp / (2 * G);
+    active = slice < Wg;
+    slots = (Wg + 1) / 2;  // parts handed over at the tree's first level, the most at once
+  }
+  // Whether every column group and half has a warp, the tree's parts fit the staging buffer, and each slice
+  // streams at least 2 kMmaDepth steps of k: Silero's LSTM at 1,024 sessions (tiles of 64 rows, K = 128: 4 steps
+  // a slice) took 87 us a phase so, 43 us on the tiled GEMM (bench/RESULTS.md tenth run).
+  __device__ bool fits(unsigned K) const {
+    return G >= 1 && Wg >= 1 && G * 2 * slots * kMmaPart <= (unsigned)kGemmSmemFloats &&
+           (K + 7) / 8 >= 2 * kMmaDepth * Wg;
+  }
+};
+
+// One step's values of a lane: A rows (g, g + 8) at k (2q, 2q + 1), and b rows (2q, 2q + 1) at its columns.
+struct MmaStep {
+  float a[2][2];  // [row g, g + 8][k 2q, 2q + 1]
+  float4 b[2];    // [k 2q, 2q + 1]
+};
+
+__device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
+  const MmaStreamLayout L(tile.n_cols);
+  const unsigned K = tile.K, n_cols = tile.n_cols, steps = (K + 7) / 8, Wg = L.Wg, slice = L.slice;
+  const long long ak = tile.ak, bk = tile.bk;
+  const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const unsigned col = L.group * kMmaCols + 4 * g;  // this lane's b columns: col .. col + 3
+  const bool has_cols = L.active && col < n_cols;
+  const float* wb = tile.pb + col;
+  const unsigned my_steps = L.active && slice < steps ? (steps - slice + Wg - 1) / Wg : 0;
+  float* buf = gemm_smem();
+  for (unsigned m0 = 0; m0 < tile.M; m0 += kMmaPassRows) {
+    const unsigned row0 = m0 + 16 * L.half + g;  // this lane's rows: row0, row0 + 8
+    const float* arow[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) arow[h] = L.active && row0 + 8 * h < tile.M ? tile.a_row(row0 + 8 * h) : nullptr;
+    const unsigned rot = kMmaRotate && my_steps ? blockIdx.x * 5u % my_steps : 0;
+    auto load = [&](unsigned i, MmaStep& v) {  // the step this warp walks i-th (rotated by rot)
+      const bool in = i < my_steps;
+      const unsigned r = i + rot >= my_steps ? i + rot - my_steps : i + rot;
+      const unsigned k0 = 8 * (slice + r * Wg) + 2 * q;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const bool k_in = in && k0 + kk < K;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) v.a[h][kk] = k_in && arow[h] ? ld_global(arow[h] + (k0 + kk) * ak) : 0.0f;
+        if (k_in && has_cols) {
+          const Vec<kGemmCols> r = load_columns<kGemmCols>(wb + (k0 + kk) * bk);
+          v.b[kk] = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+        } else {
+          v.b[kk] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+    };
+    float acc[4][4] = {};  // [n8 tile][fragment]
+    MmaStep v[kMmaDepth];
+#pragma unroll
+    for (int j = 0; j < kMmaDepth; ++j) load(j, v[j]);
+    for (unsigned i0 = 0; i0 < my_steps; i0 += kMmaDepth) {
+#pragma unroll
+      for (int j = 0; j < kMmaDepth; ++j) {
+        if (i0 + j < my_steps) {
+          unsigned a_big[4], a_small[4];  // PTX order: (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4)
+          tf32_split(v[j].a[0][0], a_big[0], a_small[0]);
+          tf32_split(v[j].a[1][0], a_big[1], a_small[1]);
+          tf32_split(v[j].a[0][1], a_big[2], a_small[2]);
+          tf32_split(v[j].a[1][1], a_big[3], a_small[3]);
+          const float b0[4] = {v[j].b[0].x, v[j].b[0].y, v[j].b[0].z, v[j].b[0].w};
+          const float b1[4] = {v[j].b[1].x, v[j].b[1].y, v[j].b[1].z, v[j].b[1].w};
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            unsigned b_big[2], b_small[2];
+            tf32_split(b0[nt], b_big[0], b_small[0]);
+            tf32_split(b1[nt], b_big[1], b_small[1]);
+            float part[4] = {};
+            mma_tf32(part, a_small, b_big);
+            mma_tf32(part, a_big, b_small);
+            mma_tf32(part, a_big, b_big);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[nt][c] += part[c];
+          }
+        }
+        load(i0 + j + kMmaDepth, v[j]);
+      }
+    }
+    // The slices' parts, added in a fixed tree: at each level slice s + span hands its part to slice s.
+    for (unsigned span = 1; span < Wg; span *= 2) {
+      float* part = buf + ((L.group * 2 + L.half) * L.slots + slice / (2 * span)) * kMmaPart;
+      __syncthreads();
+      if (L.active && slice % (2 * span) == span) {
+#pragma unroll
+        for (int r = 0; r < 16; ++r) part[r * 32 + lane] = acc[r / 4][r % 4];
+      }
+      __syncthreads();
+      if (L.active && slice % (2 * span) == 0 && slice + span < Wg) {
+#pragma unroll
+        for (int r = 0; r < 16; ++r) acc[r / 4][r % 4] += part[r * 32 + lane];
+      }
+    }
+    // Slice 0 stores its part's sums. Fragment c of n8 tile nt: row g (+ 8 for c >= 2), column 4 (2q + c % 2) + nt
+    // of the group.
+    if (L.active && slice == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const MatmulTile::Row r = tile.row(row0 + 8 * h);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const unsigned n = L.group * kMmaCols + 4 * (2 * q + c) + nt;
+            if (n < n_cols) tile.store(ep, r, n, acc[nt][2 * h + c], error);
+          }
+      }
+    }
+    __syncthreads();  // the tree's buffer is free for the next pass
+  }
+}
+
 // Runs the task on a GEMM body and returns true: the tiled GEMM for a tile of at least kTgM rows and a quarter
 // of a block's columns, else the streaming GEMM when b is n-contiguous (at most 32 column vectors a warp); or
 // returns false with nothing done (the lane-group body's tiles).
@@ -1213,11 +1359,16 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   const unsigned lanes = lanes_for(tile.M * tile.n_cols, 32);
   const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / kGemmCols : tile.n_cols) <= 32 * (blockDim.x / 32) &&
                       tile.M <= kTgM && tile.K >= 16 * lanes;
+  // The tensor-core streaming GEMM takes a cohort's rows before the tiled GEMM and the narrow pass.
+  const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && tile.M <= kMmaStreamRows &&
+                          MmaStreamLayout(tile.n_cols).fits(tile.K);
   if (!tiled && !stream) return false;
   const Prologue pro(t, arena_base, tile.prologue, tile.rank);
   const Epilogue ep(t, arena_base, ep_words, 2 + pro.n_extra);
   bool error = false;
-  if (tiled && tile.bk == 1) {
+  if (mma_stream) {
+    mma_stream_gemm(tile, ep, error);
+  } else if (tiled && tile.bk == 1) {
     MatmulTileOps<true> ops{tile, ep, {}};
     tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
   } else if (tiled) {

@@ -33,7 +33,8 @@ def beat_summary(profile, trace: np.ndarray) -> dict:
 
 def phase_rows(profile, trace: np.ndarray) -> list[dict]:
     """Per phase of one traced beat: ``start_us`` (its first body, from the beat's first wait), ``span_us``
-    (first body start to last body end), ``body_max_us`` and ``wait_us`` (summed over its tasks)."""
+    (first body start to last body end), ``body_max_us`` and ``body_p50_us`` (its longest and median task
+    body) and ``wait_us`` (summed over its tasks)."""
     phase = phase_of_rows(profile)
     t = trace.astype(np.int64)
     t0 = int(t[:, 0].min())
@@ -47,6 +48,7 @@ def phase_rows(profile, trace: np.ndarray) -> list[dict]:
             "start_us": (int(mine[:, 1].min()) - t0) / 1e3,
             "span_us": (int(mine[:, 2].max()) - int(mine[:, 1].min())) / 1e3,
             "body_max_us": float((mine[:, 2] - mine[:, 1]).max()) / 1e3,
+            "body_p50_us": float(np.median(mine[:, 2] - mine[:, 1])) / 1e3,
             "wait_us": float((mine[:, 1] - mine[:, 0]).sum()) / 1e3,
         })
     return rows

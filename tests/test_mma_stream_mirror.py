@@ -1,0 +1,135 @@
+"""The tensor-core streaming GEMM's index arithmetic (targets/cuda/codegen.py: MmaStreamLayout and
+mma_stream_gemm, run by matmul_gemm_body for tiles of more than kSvRows and at most kMmaStreamRows rows),
+mirrored in numpy warp by warp and lane by lane: which A and b values each lane loads at each step of its
+slice (k stored (2q, 2q + 1) for the fragments' logical (q, q + 4), column 4c + t of a group as n8 tile t's
+column c), how the PTX ISA's m16n8k8 .tf32 layouts place them (test_tiled_gemm_mirror.PTX_A / PTX_B), the
+fixed tree that adds the slices' parts through the staging buffer (every slot written before it is read,
+within the buffer), and where each fragment is stored. The mirror sums in float64, so against a float64
+product it agrees to rounding: a mismatch is an index error the CUDA body copies. The GPU check
+(scripts/gpu_check.py --builtin; bench/gemm.py against numpy) proves the body itself, 3xTF32 included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_tiled_gemm_mirror import PTX_A, PTX_B, gemm_smem_floats
+
+PASS_ROWS, COLS, DEPTH = 32, 32, 4  # kMmaPassRows, kMmaCols, kMmaDepth
+PART = 16 * COLS  # kMmaPart
+
+
+class Layout:
+    """MmaStreamLayout for a tile of ``n_cols`` columns over a block of ``threads`` threads, per warp."""
+
+    def __init__(self, n_cols: int, threads: int):
+        self.g_count = -(-n_cols // COLS)
+        self.wg = threads // 32 // (2 * self.g_count)
+        warp = np.arange(threads // 32)
+        self.group, self.half, self.slice = warp % self.g_count, warp // self.g_count % 2, warp // (2 * self.g_count)
+        self.active = self.slice < self.wg
+        self.slots = (self.wg + 1) // 2
+
+    def fits(self, threads: int, K: int) -> bool:
+        return (self.wg >= 1 and self.g_count * 2 * self.slots * PART <= gemm_smem_floats(threads)
+                and -(-K // 8) >= 2 * DEPTH * self.wg)
+
+
+def mma_stream_gemm(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
+    """mma_stream_gemm of a [M, K] by b [K, n_cols], as the block computes it (float64 sums)."""
+    M, K = a.shape
+    n_cols = b.shape[1]
+    L = Layout(n_cols, threads)
+    assert L.fits(threads, K)
+    steps = -(-K // 8)
+    lane = np.arange(32)
+    g, q = lane // 4, lane % 4
+    out = np.full((M, n_cols), np.nan)
+    loaded = np.zeros((M, K), int)  # A values each pass's lanes load (once a column group)
+    for m0 in range(0, M, PASS_ROWS):
+        acc = np.zeros((len(L.active), 32, 4, 4))  # [warp, lane, n8 tile, fragment]
+        loaded[:] = 0
+        for w in np.flatnonzero(L.active):
+            rows = m0 + 16 * L.half[w] + g  # this lane's rows: rows, rows + 8
+            col = L.group[w] * COLS + 4 * g
+            my_steps = -(-(steps - L.slice[w]) // L.wg) if L.slice[w] < steps else 0
+            for i in range(my_steps):
+                k0 = 8 * (L.slice[w] + i * L.wg) + 2 * q
+                av = np.zeros((32, 2, 2))  # [lane][row g, g + 8][k 2q, 2q + 1]
+                bv = np.zeros((32, 2, 4))  # [lane][k 2q, 2q + 1][its four columns]
+                for kk in range(2):
+                    k = k0 + kk
+                    for h in range(2):
+                        ok = (k < K) & (rows + 8 * h < M)
+                        av[ok, h, kk] = a[rows[ok] + 8 * h, k[ok]]
+                        np.add.at(loaded, (rows[ok] + 8 * h, k[ok]), 1)
+                    okb = (k < K) & (col < n_cols)
+                    bv[okb, kk] = b[k[okb][:, None], col[okb][:, None] + np.arange(4)[None, :]]
+                a_regs = [av[:, 0, 0], av[:, 1, 0], av[:, 0, 1], av[:, 1, 1]]  # the code's a_big[0..3]
+                tile_a = np.zeros((16, 8))
+                for reg, (pr, pc) in zip(a_regs, PTX_A):
+                    tile_a[g + pr, q + pc] = reg
+                for nt in range(4):
+                    tile_b = np.zeros((8, 8))  # B (logical k x n)
+                    for kk, pk in enumerate(PTX_B):
+                        tile_b[q + pk, g] = bv[:, kk, nt]
+                    d = tile_a @ tile_b
+                    acc[w, :, nt] += np.stack([d[g, 2 * q], d[g, 2 * q + 1], d[g + 8, 2 * q], d[g + 8, 2 * q + 1]], 1)
+        assert (loaded[m0:m0 + PASS_ROWS] == L.g_count).all(), "a pass does not load each A value once a group"
+        buf = np.full(L.g_count * 2 * L.slots * PART, np.nan)
+        span = 1
+        while span < L.wg:
+            for w in np.flatnonzero(L.active & (L.slice % (2 * span) == span)):
+                at = ((L.group[w] * 2 + L.half[w]) * L.slots + L.slice[w] // (2 * span)) * PART
+                r = np.arange(16)
+                buf[at + r[:, None] * 32 + lane[None, :]] = acc[w, :, r // 4, r % 4]  # [r, lane]
+            for w in np.flatnonzero(L.active & (L.slice % (2 * span) == 0) & (L.slice + span < L.wg)):
+                at = ((L.group[w] * 2 + L.half[w]) * L.slots + L.slice[w] // (2 * span)) * PART
+                r = np.arange(16)
+                part = buf[at + r[:, None] * 32 + lane[None, :]]
+                assert not np.isnan(part).any(), "a slice reads a part no slice wrote"
+                acc[w, :, r // 4, r % 4] += part
+            span *= 2
+        for w in np.flatnonzero(L.active & (L.slice == 0)):
+            rows = m0 + 16 * L.half[w] + g
+            for h in range(2):
+                for nt in range(4):
+                    for c in range(2):
+                        n = L.group[w] * COLS + 4 * (2 * q + c) + nt
+                        keep = (n < n_cols) & (rows + 8 * h < M)
+                        assert np.isnan(out[rows[keep] + 8 * h, n[keep]]).all(), "an output stored twice"
+                        out[rows[keep] + 8 * h, n[keep]] = acc[w, keep, nt, 2 * h + c]
+    return out
+
+
+CASES = [  # (M, K, n_cols, threads): what they stand for
+    (32, 4096, 32, 512),   # duplex:1b's output projections in tiles of 32 sessions
+    (64, 2048, 44, 512),   # its MLP's up projection at 64 sessions: two passes, two groups, the second partial
+    (64, 2048, 16, 512),   # bench/gemm.py at 64 sessions: half of each lane group's columns idle
+    (20, 300, 64, 512),    # rows and k of no round size: a partial pass, a partial last step
+    (9, 130, 128, 512),    # four groups of two slices, a partial last step
+    (40, 1000, 256, 512),  # eight groups: one slice each, no tree
+    (17, 520, 36, 1024),   # 1,024 threads: 8 slices a half
+    (33, 130, 12, 128),    # 128 threads: 2 slices a half
+]
+
+
+@pytest.mark.parametrize("M, K, n_cols, threads", CASES)
+def test_the_tensor_core_streaming_gemm_computes_the_product(M, K, n_cols, threads):
+    rng = np.random.default_rng(M * 131 + K)
+    a = rng.normal(size=(M, K))
+    b = rng.normal(size=(K, n_cols))
+    got = mma_stream_gemm(a, b, threads)
+    assert not np.isnan(got).any(), "an output is never stored"
+    np.testing.assert_allclose(got, a @ b, rtol=1e-9, atol=1e-9 * np.sqrt(K))
+
+
+def test_a_block_takes_only_the_tiles_it_streams_and_can_reduce():
+    """Three groups of 32 columns at 512 threads make slices of two warps (16 / 6 warps a half): 3 x 2 x 1
+    parts of 512 floats fit; five groups (one slice each) need no tree; 48 groups have no warp each. A
+    slice streams at least 2 x kMmaDepth steps: Silero's LSTM tiles at 1,024 sessions (64 columns, K = 128,
+    4 slices of 4 steps) stay on the tiled GEMM."""
+    assert Layout(96, 512).fits(512, 4096)
+    assert Layout(160, 512).wg == 1 and Layout(160, 512).fits(512, 64)
+    assert not Layout(32 * 48, 512).fits(512, 4096)
+    assert not Layout(64, 512).fits(512, 128) and Layout(64, 512).fits(512, 256)
