@@ -102,11 +102,17 @@ def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tup
 
 def tile_sizes(sessions: int, elems: int, workers: int, min_elems: int) -> tuple[int, int]:
     """(sessions, elements) per tile of `tiles`: sessions split first, elements (never below `min_elems` per
-    tile) only when the cohort alone cannot fill the workers."""
+    tile) only when the cohort alone cannot fill the workers, into the number of pieces a session whose
+    tiles end soonest: ceil(tiles / workers) waves of 1/pieces of a session's elements each (64 sessions
+    over 132 workers: 2 pieces, 128 tiles in one wave, not 3 pieces' 192 tiles in two), the most pieces of
+    those that tie."""
     s_chunks = min(sessions, workers)
     s_per = math.ceil(sessions / s_chunks)
     s_chunks = math.ceil(sessions / s_per)
-    e_chunks = 1 if s_chunks >= workers else max(1, min(math.ceil(workers / s_chunks), elems // max(min_elems, 1)))
+    if s_chunks >= workers:
+        return s_per, elems
+    most = max(1, min(math.ceil(workers / s_chunks), elems // max(min_elems, 1)))
+    e_chunks = min(range(1, most + 1), key=lambda e: (math.ceil(s_chunks * e / workers) / e, -e))
     return s_per, math.ceil(elems / e_chunks)
 
 
