@@ -261,13 +261,15 @@ def test_every_function_matches_eval_expr_on_the_cpu(rank):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_a_thread_loads_a_batch_of_elements_before_it_stores_them(threads):
     """Tiles of EWISE_BATCH x threads elements and more take the batched loop, the rest the one-element loop
-    after it: both parts, a kept input's, and a tile of less than one batch against eval_expr."""
+    after it: both parts, a kept input's, a reset's flagged sessions, and a tile of less than one batch
+    against eval_expr."""
     rng = np.random.default_rng(threads)
-    for text, n_in, keep in [("add(mul(%0, %1), mul(%2, %3))", 4, -1), ("exp(sub(%0, %1))", 2, -1),
-                             ("select(eq(%0, fmod(%1, 4.0)), %2, %3)", 4, 3), ("%0", 1, -1)]:
+    for text, n_in, keep, per_session in [("add(mul(%0, %1), mul(%2, %3))", 4, -1, ()), ("exp(sub(%0, %1))", 2, -1, ()),
+                                          ("select(eq(%0, fmod(%1, 4.0)), %2, %3)", 4, 3, ()), ("%0", 1, -1, ()),
+                                          ("select(%0, %1, %2)", 3, 2, (0,))]:
         for rank in (1, 3):
             for _ in range(3):
-                _check_on_cpu(text, rank, n_in, rng, keep=keep, max_dim=6, threads=threads)
+                _check_on_cpu(text, rank, n_in, rng, keep=keep, per_session=per_session, max_dim=6, threads=threads)
 
 
 @pytest.mark.parametrize("expr_text, keep", [("select(%0, %1, %2)", 2),  # a state's reset

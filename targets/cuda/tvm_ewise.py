@@ -207,30 +207,31 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                 in_at, out_at = element_offsets(sess, e)
                 store([ins[k][in_at[k]] for k in range(n_inputs)], out_at, guarded)
 
-            def element(w, guarded: bool) -> None:
-                tile_element(T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n), guarded)
-
-            def batch_of_elements(w0) -> None:
-                """EWISE_BATCH elements a thread, ``threads`` apart from ``w0``, all inside the tile: every
+            def batch_of_elements(places, guarded: bool) -> None:
+                """EWISE_BATCH elements a thread, at ``places`` (session, element), all inside the tile: every
                 load before the first store, so their round trips overlap (a loop of single elements
                 waits for each: its store may alias the next element's loads, for all nvcc knows)."""
-                offsets = [element_offsets(T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n))
-                           for w in (w0 + u * threads for u in range(EWISE_BATCH))]
+                offsets = [element_offsets(sess, e) for sess, e in places]
                 values = [[T.bind(ins[k][in_at[k]]) if k in read else None for k in range(n_inputs)]
                           for in_at, _ in offsets]
                 for vals, (_, out_at) in zip(values, offsets):
-                    store(vals, out_at, True)
+                    store(vals, out_at, guarded)
+
+            def elements(tx, count, place, guarded: bool) -> None:
+                """Elements 0 .. count - 1 of the block's walk, element w at ``place(w)`` (session, element):
+                whole batches of EWISE_BATCH a thread first, then the rest one a thread."""
+                batch = threads * EWISE_BATCH
+                with T.serial(T.truncdiv(count, batch)) as i:
+                    batch_of_elements([place(i * batch + u * threads + tx) for u in range(EWISE_BATCH)], guarded)
+                done = T.truncdiv(count, batch) * batch
+                with T.serial((count - done + (threads - 1)) // threads) as i:
+                    w = done + i * threads + tx
+                    with T.If(w < count):
+                        with T.Then():
+                            tile_element(*place(w), guarded)
 
             def every_element(tx) -> None:
-                total, batch = sessions * n, threads * EWISE_BATCH
-                with T.serial(T.truncdiv(total, batch)) as i:
-                    batch_of_elements(i * batch + tx)
-                done = T.truncdiv(total, batch) * batch
-                with T.serial((total - done + (threads - 1)) // threads) as i:
-                    w = done + i * threads + tx
-                    with T.If(w < total):
-                        with T.Then():
-                            element(w, True)
+                elements(tx, sessions * n, lambda w: (T.Cast("int64", T.truncdiv(w, n)), T.truncmod(w, n)), True)
 
             def flagged_sessions(tx, j: int) -> None:
                 """Only the sessions whose flag (input j, one value a session) is set: a reset with no
@@ -239,11 +240,7 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                     sess = T.Cast("int64", si)
                     with T.If(ins[j][sess * in_sstrides[j]] != T.float32(0.0)):
                         with T.Then():
-                            with T.serial((n + (threads - 1)) // threads) as i:
-                                e = i * threads + tx
-                                with T.If(e < n):
-                                    with T.Then():
-                                        tile_element(sess, e, False)
+                            elements(tx, n, lambda e: (sess, e), False)
 
             flag = session_flag_input(expr, keep)
             outer = T.thread_binding(threads, thread="threadIdx.x") if bind_threads else T.serial(threads)
