@@ -133,3 +133,26 @@ def test_a_block_takes_only_the_tiles_it_streams_and_can_reduce():
     assert Layout(160, 512).wg == 1 and Layout(160, 512).fits(512, 64)
     assert not Layout(32 * 48, 512).fits(512, 4096)
     assert not Layout(64, 512).fits(512, 128) and Layout(64, 512).fits(512, 256)
+
+
+def tf32_rn(x: np.ndarray) -> np.ndarray:
+    """cvt.rn.tf32.f32 on float32 ``x``: the nearest value with 10 mantissa bits, ties to even."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    return ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def test_the_tf32_split_keeps_23_bits_without_bias():
+    """tf32_split: big = x rounded to TF32, small = the exact rest rounded too, both to nearest even. big + small
+    is within 2^-23 of x, relative, and the errors average out (truncating either part, one instruction
+    too, would give 2^-22 and pull every product toward zero)."""
+    rng = np.random.default_rng(11)
+    x = (rng.normal(size=200_000) * np.exp2(rng.integers(-30, 30, size=200_000))).astype(np.float32)
+    big = tf32_rn(x)
+    rest = (x - big).astype(np.float32)
+    assert (rest.astype(np.float64) == x.astype(np.float64) - big.astype(np.float64)).all(), "x - big is exact"
+    small = tf32_rn(rest)
+    for v in (big, small):
+        assert (v.view(np.uint32) & np.uint32(0x1FFF) == 0).all(), "a TF32 value"
+    err = (big.astype(np.float64) + small - x) / x.astype(np.float64)  # < 0: toward zero
+    assert np.abs(err).max() <= 2.0 ** -23
+    assert abs(err.mean()) < 2.0 ** -23 / 100

@@ -794,14 +794,15 @@ __device__ __forceinline__ unsigned tg_b_col(int i) { return kAlongK ? threadIdx
 template <bool kAlongK>
 __device__ __forceinline__ unsigned tg_b_k(int i) { return kAlongK ? threadIdx.x % kTgK : threadIdx.x / kTgN + i * (kTgK / kTgLoadsB); }
 
-// x as the sum of two TF32 values (their low 13 mantissa bits zero); a non-finite x keeps it all in `big`.
-// Unlike fp32 products, an infinite operand, or a finite one that rounds past the largest float (|x| within
-// 2^-11 of it), gives NaN: a zero `small` meets an infinite `big` in a cross term. Guarding that spilled the
-// k loop's registers (ptxas), for values no model here reaches.
+// x as the sum of two TF32 values (their low 13 mantissa bits zero): big, x rounded to TF32, and small, the
+// exact rest x - big rounded too, both to nearest even (cvt.rn: one F2FP in SASS; cvt.rna, ties away, is
+// three, and made the splits a third of the streaming GEMM's instructions, nvdisasm). |x - big - small| <=
+// 2^-23 |x|, unbiased (tests/test_mma_stream_mirror.py). Unlike fp32 products, an infinite operand, or a
+// finite one rounding past the largest float, gives NaN: the rest is NaN or infinite, and so is every cross
+// term it meets. No model here reaches such values.
 __device__ __forceinline__ void tf32_split(float x, unsigned& big, unsigned& small) {
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-  const float rest = isfinite(x) ? x - __uint_as_float(big) : 0.0f;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
 }
 
 // d += a b over one m16n8k8 step (PTX ISA, "Matrix Fragments for mma.m16n8k8" .tf32: a row-major, b
