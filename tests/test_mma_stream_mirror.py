@@ -15,42 +15,45 @@ import pytest
 
 from test_tiled_gemm_mirror import PTX_A, PTX_B, gemm_smem_floats
 
-PASS_ROWS, COLS, DEPTH = 32, 32, 4  # kMmaPassRows, kMmaCols, kMmaDepth
+PASS_GROUPS, COLS, DEPTH = 4, 32, 4  # kMmaPassGroups, kMmaCols, kMmaDepth
 PART = 16 * COLS  # kMmaPart
 
 
 class Layout:
-    """MmaStreamLayout for a tile of ``n_cols`` columns over a block of ``threads`` threads, per warp."""
+    """MmaStreamLayout for a tile of ``M`` rows and ``n_cols`` columns over a block of ``threads`` threads,
+    per warp."""
 
-    def __init__(self, n_cols: int, threads: int):
+    def __init__(self, n_cols: int, M: int, threads: int):
         self.g_count = -(-n_cols // COLS)
-        self.wg = threads // 32 // (2 * self.g_count)
+        self.h = min(-(-M // 16), PASS_GROUPS)
+        self.wg = threads // 32 // (self.g_count * self.h)
         warp = np.arange(threads // 32)
-        self.group, self.half, self.slice = warp % self.g_count, warp // self.g_count % 2, warp // (2 * self.g_count)
+        self.group, self.rows = warp % self.g_count, warp // self.g_count % self.h
+        self.slice = warp // (self.g_count * self.h)
         self.active = self.slice < self.wg
         self.slots = (self.wg + 1) // 2
 
     def fits(self, threads: int, K: int) -> bool:
-        return (self.wg >= 1 and self.g_count * 2 * self.slots * PART <= gemm_smem_floats(threads)
-                and -(-K // 8) >= 2 * DEPTH * self.wg)
+        return (self.wg >= 1 and self.g_count * self.h * self.slots * PART <= gemm_smem_floats(threads)
+                and K >= 512 and -(-K // 8) >= 2 * DEPTH * self.wg)
 
 
 def mma_stream_gemm(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
     """mma_stream_gemm of a [M, K] by b [K, n_cols], as the block computes it (float64 sums)."""
     M, K = a.shape
     n_cols = b.shape[1]
-    L = Layout(n_cols, threads)
+    L = Layout(n_cols, M, threads)
     assert L.fits(threads, K)
     steps = -(-K // 8)
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     out = np.full((M, n_cols), np.nan)
     loaded = np.zeros((M, K), int)  # A values each pass's lanes load (once a column group)
-    for m0 in range(0, M, PASS_ROWS):
+    for m0 in range(0, M, 16 * L.h):
         acc = np.zeros((len(L.active), 32, 4, 4))  # [warp, lane, n8 tile, fragment]
         loaded[:] = 0
         for w in np.flatnonzero(L.active):
-            rows = m0 + 16 * L.half[w] + g  # this lane's rows: rows, rows + 8
+            rows = m0 + 16 * L.rows[w] + g  # this lane's rows: rows, rows + 8
             col = L.group[w] * COLS + 4 * g
             my_steps = -(-(steps - L.slice[w]) // L.wg) if L.slice[w] < steps else 0
             for i in range(my_steps):
@@ -75,23 +78,23 @@ def mma_stream_gemm(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
                         tile_b[q + pk, g] = bv[:, kk, nt]
                     d = tile_a @ tile_b
                     acc[w, :, nt] += np.stack([d[g, 2 * q], d[g, 2 * q + 1], d[g + 8, 2 * q], d[g + 8, 2 * q + 1]], 1)
-        assert (loaded[m0:m0 + PASS_ROWS] == L.g_count).all(), "a pass does not load each A value once a group"
-        buf = np.full(L.g_count * 2 * L.slots * PART, np.nan)
+        assert (loaded[m0:m0 + 16 * L.h] == L.g_count).all(), "a pass does not load each A value once a group"
+        buf = np.full(L.g_count * L.h * L.slots * PART, np.nan)
         span = 1
         while span < L.wg:
             for w in np.flatnonzero(L.active & (L.slice % (2 * span) == span)):
-                at = ((L.group[w] * 2 + L.half[w]) * L.slots + L.slice[w] // (2 * span)) * PART
+                at = ((L.group[w] * L.h + L.rows[w]) * L.slots + L.slice[w] // (2 * span)) * PART
                 r = np.arange(16)
                 buf[at + r[:, None] * 32 + lane[None, :]] = acc[w, :, r // 4, r % 4]  # [r, lane]
             for w in np.flatnonzero(L.active & (L.slice % (2 * span) == 0) & (L.slice + span < L.wg)):
-                at = ((L.group[w] * 2 + L.half[w]) * L.slots + L.slice[w] // (2 * span)) * PART
+                at = ((L.group[w] * L.h + L.rows[w]) * L.slots + L.slice[w] // (2 * span)) * PART
                 r = np.arange(16)
                 part = buf[at + r[:, None] * 32 + lane[None, :]]
                 assert not np.isnan(part).any(), "a slice reads a part no slice wrote"
                 acc[w, :, r // 4, r % 4] += part
             span *= 2
         for w in np.flatnonzero(L.active & (L.slice == 0)):
-            rows = m0 + 16 * L.half[w] + g
+            rows = m0 + 16 * L.rows[w] + g
             for h in range(2):
                 for nt in range(4):
                     for c in range(2):
@@ -104,13 +107,13 @@ def mma_stream_gemm(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
 
 CASES = [  # (M, K, n_cols, threads): what they stand for
     (32, 4096, 32, 512),   # duplex:1b's output projections in tiles of 32 sessions
-    (64, 2048, 44, 512),   # its MLP's up projection at 64 sessions: two passes, two groups, the second partial
+    (64, 2048, 44, 512),   # its MLP's up projection at 64 sessions: four row groups, two column groups
     (64, 2048, 16, 512),   # bench/gemm.py at 64 sessions: half of each lane group's columns idle
-    (20, 300, 64, 512),    # rows and k of no round size: a partial pass, a partial last step
-    (9, 130, 128, 512),    # four groups of two slices, a partial last step
-    (40, 1000, 256, 512),  # eight groups: one slice each, no tree
-    (17, 520, 36, 1024),   # 1,024 threads: 8 slices a half
-    (33, 130, 12, 128),    # 128 threads: 2 slices a half
+    (20, 1100, 64, 512),   # rows and k of no round size: a partial row group, a partial last step
+    (9, 1030, 128, 512),   # four column groups of four slices, a partial last step
+    (40, 1000, 128, 512),  # 4 column x 3 row groups: one slice each, no tree, 4 warps idle
+    (17, 1100, 36, 1024),  # 1,024 threads: 8 slices a row group
+    (33, 520, 12, 128),    # 128 threads: one slice, three row groups
 ]
 
 
@@ -125,14 +128,16 @@ def test_the_tensor_core_streaming_gemm_computes_the_product(M, K, n_cols, threa
 
 
 def test_a_block_takes_only_the_tiles_it_streams_and_can_reduce():
-    """Three groups of 32 columns at 512 threads make slices of two warps (16 / 6 warps a half): 3 x 2 x 1
-    parts of 512 floats fit; five groups (one slice each) need no tree; 48 groups have no warp each. A
-    slice streams at least 2 x kMmaDepth steps: Silero's LSTM tiles at 1,024 sessions (64 columns, K = 128,
-    4 slices of 4 steps) stay on the tiled GEMM."""
-    assert Layout(96, 512).fits(512, 4096)
-    assert Layout(160, 512).wg == 1 and Layout(160, 512).fits(512, 64)
-    assert not Layout(32 * 48, 512).fits(512, 4096)
-    assert not Layout(64, 512).fits(512, 128) and Layout(64, 512).fits(512, 256)
+    """32 rows and three groups of 32 columns at 512 threads make slices of two warps (16 / 6 warps a row
+    group): 3 x 2 x 1 parts of 512 floats fit; 64 rows and five column groups make 20 row x column groups, more
+    than the 16 warps; 48 column groups too. K is at least 512 and 2 x kMmaDepth steps a slice: Silero's LSTM
+    tiles at 1,024 sessions (64 rows, 64 columns, K = 128) stay on the tiled GEMM; duplex:1b's encoder tiles at
+    96 sessions (24 rows, 24 columns, K = 768: 8 slices of 12 steps) take it."""
+    assert Layout(96, 32, 512).fits(512, 4096)
+    assert not Layout(160, 64, 512).fits(512, 4096) and Layout(160, 32, 512).fits(512, 4096)
+    assert not Layout(32 * 48, 32, 512).fits(512, 4096)
+    assert not Layout(64, 64, 512).fits(512, 128) and Layout(24, 24, 512).fits(512, 768)
+    assert not Layout(24, 64, 512).fits(512, 504) and Layout(24, 64, 512).fits(512, 512)
 
 
 def tf32_rn(x: np.ndarray) -> np.ndarray:

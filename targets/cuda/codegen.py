@@ -1199,11 +1199,12 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 // ---- The weight-streaming GEMM on tensor cores (a cohort's rows) ------------------------------------------
 // A tile of more than kSvRows rows and at most kMmaStreamRows, b n-contiguous in 16-byte column vectors, no
 // prologue. The streaming GEMM's narrow pass keeps accumulators for 8 rows and streams b once per 8 rows;
-// here a block takes 32 rows a pass, each warp 16 of them by 32 columns in mma.sync m16n8k8 fragments
-// (3xTF32, as the tiled GEMM, each step's products added to the accumulators in fp32). Warps split the
-// tile's columns into G groups of 32, each group into the pass's two 16-row halves, and each half's k
-// into Wg slices of k8 steps (step i of slice s: k = 8 (s + i Wg)); a warp loads its own A and b values,
-// kMmaDepth steps ahead, with no barrier and no staging (the two halves' b loads meet in L2). Inside a
+// here a block takes up to 64 rows a pass (kMmaPassGroups of 16), each warp 16 of them by 32 columns in
+// mma.sync m16n8k8 fragments (3xTF32, as the tiled GEMM, each step's products added to the accumulators in
+// fp32). Warps split the tile's columns into G groups of 32, each group into the pass's H row groups of 16,
+// and each row group's k into Wg slices of k8 steps (step i of slice s: k = 8 (s + i Wg)); a warp loads its
+// own A and b values, kMmaDepth steps ahead, with no barrier and no staging (the row groups' b loads meet in
+// L2; 48 rows in one pass, not 32 + 16 in two: duplex:1b at 96 sessions, bench/RESULTS.md tenth run). Inside a
 // step, logical k (q, q + 4) of the PTX fragments is stored k (2q, 2q + 1), and column 4c + t of the group
 // is n8 tile t's column c, so lane g's b values are one float4 at column 4g of each of two k rows. The
 // slices' parts are added in a fixed tree (slice s takes s + span's, span = 1, 2, 4, ...) through the GEMM
@@ -1211,30 +1212,31 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 // tiled GEMM and the narrow pass.
 constexpr unsigned kMmaStreamRows = 64;
 constexpr int kMmaDepth = 4;  // steps of loads a warp has in flight: 4 x 8 warps' distinct 1 KB of b, 32 KB a SM
-constexpr int kMmaPassRows = 32, kMmaCols = 32, kMmaPart = 16 * kMmaCols;  // a warp's part: 16 rows x 32 columns
+constexpr int kMmaPassGroups = 4, kMmaCols = 32, kMmaPart = 16 * kMmaCols;  // a warp's part: 16 rows x 32 columns
 // Each block starts its slices' walk over k at a step of its own (the block's index times 5, wrapped), so the
 // SMs of a phase, all reading the same A, spread their first reads over its lines instead of all asking L2
 // for the same ones at once. Any start gives the same bits run after run: a task's worker is fixed.
 constexpr bool kMmaRotate = true;
 
 struct MmaStreamLayout {
-  unsigned G, Wg, group, half, slice, slots;
+  unsigned G, H, Wg, group, rows, slice, slots;
   bool active;
-  __device__ explicit MmaStreamLayout(unsigned n_cols) {
+  __device__ MmaStreamLayout(unsigned n_cols, unsigned M) {
     G = (n_cols + kMmaCols - 1) / kMmaCols;
-    Wg = blockDim.x / 32 / (2 * max(G, 1u));
+    H = min((M + 15) / 16, (unsigned)kMmaPassGroups);
+    Wg = blockDim.x / 32 / max(G * H, 1u);
     const unsigned warp = threadIdx.x / 32;
     group = warp % G;
-    half = warp / G % 2;
-    slice = warp / (2 * G);
+    rows = warp / G % H;  // the warp's row group of a pass
+    slice = warp / (G * H);
     active = slice < Wg;
     slots = (Wg + 1) / 2;  // parts handed over at the tree's first level, the most at once
   }
-  // Whether every column group and half has a warp, the tree's parts fit the staging buffer, and each slice
-  // streams at least 2 kMmaDepth steps of k: Silero's LSTM at 1,024 sessions (tiles of 64 rows, K = 128: 4 steps
-  // a slice) took 87 us a phase so, 43 us on the tiled GEMM (bench/RESULTS.md tenth run).
+  // Whether every column and row group has a warp, the tree's parts fit the staging buffer, and k is long: at
+  // least 512, and 2 kMmaDepth steps a slice. Silero's LSTM at 1,024 sessions (tiles of 64 rows, K = 128) took
+  // 87 us a phase in slices of 4 steps, 43 us on the tiled GEMM (bench/RESULTS.md tenth run).
   __device__ bool fits(unsigned K) const {
-    return G >= 1 && Wg >= 1 && G * 2 * slots * kMmaPart <= (unsigned)kGemmSmemFloats &&
+    return G >= 1 && Wg >= 1 && G * H * slots * kMmaPart <= (unsigned)kGemmSmemFloats && K >= 512 &&
            (K + 7) / 8 >= 2 * kMmaDepth * Wg;
   }
 };
@@ -1246,7 +1248,7 @@ struct MmaStep {
 };
 
 __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
-  const MmaStreamLayout L(tile.n_cols);
+  const MmaStreamLayout L(tile.n_cols, tile.M);
   const unsigned K = tile.K, n_cols = tile.n_cols, steps = (K + 7) / 8, Wg = L.Wg, slice = L.slice;
   const long long ak = tile.ak, bk = tile.bk;
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -1255,8 +1257,8 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
   const float* wb = tile.pb + col;
   const unsigned my_steps = L.active && slice < steps ? (steps - slice + Wg - 1) / Wg : 0;
   float* buf = gemm_smem();
-  for (unsigned m0 = 0; m0 < tile.M; m0 += kMmaPassRows) {
-    const unsigned row0 = m0 + 16 * L.half + g;  // this lane's rows: row0, row0 + 8
+  for (unsigned m0 = 0; m0 < tile.M; m0 += 16 * L.H) {
+    const unsigned row0 = m0 + 16 * L.rows + g;  // this lane's rows: row0, row0 + 8
     const float* arow[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) arow[h] = L.active && row0 + 8 * h < tile.M ? tile.a_row(row0 + 8 * h) : nullptr;
@@ -1311,7 +1313,7 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
     }
     // The slices' parts, added in a fixed tree: at each level slice s + span hands its part to slice s.
     for (unsigned span = 1; span < Wg; span *= 2) {
-      float* part = buf + ((L.group * 2 + L.half) * L.slots + slice / (2 * span)) * kMmaPart;
+      float* part = buf + ((L.group * L.H + L.rows) * L.slots + slice / (2 * span)) * kMmaPart;
       __syncthreads();
       if (L.active && slice % (2 * span) == span) {
 #pragma unroll
@@ -1362,7 +1364,7 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
                       tile.M <= kTgM && tile.K >= 16 * lanes;
   // The tensor-core streaming GEMM takes a cohort's rows before the tiled GEMM and the narrow pass.
   const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && tile.M <= kMmaStreamRows &&
-                          MmaStreamLayout(tile.n_cols).fits(tile.K);
+                          MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
   if (!tiled && !stream) return false;
   const Prologue pro(t, arena_base, tile.prologue, tile.rank);
   const Epilogue ep(t, arena_base, ep_words, 2 + pro.n_extra);
