@@ -103,16 +103,25 @@ def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tup
 def tile_sizes(sessions: int, elems: int, workers: int, min_elems: int) -> tuple[int, int]:
     """(sessions, elements) per tile of `tiles`: sessions split first, elements (never below `min_elems` per
     tile) only when the cohort alone cannot fill the workers, into the number of pieces a session whose
-    tiles end soonest: ceil(tiles / workers) waves of 1/pieces of a session's elements each (64 sessions
-    over 132 workers: 2 pieces, 128 tiles in one wave, not 3 pieces' 192 tiles in two), the most pieces of
-    those that tie."""
+    tiles end soonest: ceil(tiles / workers) waves of 1/pieces of a session's elements each. Up to
+    ceil(workers / sessions) pieces, the most of those that tie (64 sessions over 132 workers: 2 pieces, 128
+    tiles in one wave, not 3 pieces' 192 in two); up to 4 times as many where that ends 10% sooner still (96
+    sessions: 4 pieces, 384 tiles in 3 waves of a quarter each, not 2 waves of halves)."""
     s_chunks = min(sessions, workers)
     s_per = math.ceil(sessions / s_chunks)
     s_chunks = math.ceil(sessions / s_per)
     if s_chunks >= workers:
         return s_per, elems
-    most = max(1, min(math.ceil(workers / s_chunks), elems // max(min_elems, 1)))
-    e_chunks = min(range(1, most + 1), key=lambda e: (math.ceil(s_chunks * e / workers) / e, -e))
+    fair = math.ceil(workers / s_chunks)
+    allowed = max(1, elems // max(min_elems, 1))
+
+    def end(e: int) -> float:  # when the last tile ends, in a session's work
+        return math.ceil(s_chunks * e / workers) / e
+
+    e_chunks = min(range(1, min(fair, allowed) + 1), key=lambda e: (end(e), -e))
+    sooner = [e for e in range(fair + 1, min(4 * fair, allowed) + 1) if end(e) < 0.9 * end(e_chunks)]
+    if sooner:
+        e_chunks = min(sooner, key=lambda e: (end(e), e))
     return s_per, math.ceil(elems / e_chunks)
 
 

@@ -172,11 +172,13 @@ def test_per_session_b_cuts_rows_only_for_one_session_tiles(sessions):
         assert len(got) <= len(tiles(sessions, 16 * 128, 132, 8))
 
 
-@pytest.mark.parametrize("sessions, pieces, waves", [(1, 132, 1), (3, 44, 1), (8, 16, 1), (64, 2, 1), (100, 2, 2),
-                                                     (1024, 2, 2)])
+@pytest.mark.parametrize("sessions, pieces, waves", [(1, 132, 1), (3, 44, 1), (8, 16, 1), (64, 2, 1), (96, 4, 3),
+                                                     (100, 5, 4), (1024, 2, 2)])
 def test_a_session_is_cut_into_the_pieces_that_end_soonest(sessions, pieces, waves):
     """tiles over 132 workers: 8 sessions make 16 pieces each (128 tiles, one wave), not 17 (136 tiles: a
-    second wave of 4); 64 make 2 (128 tiles), not 3 (192, two waves); where waves tie, the more pieces."""
+    second wave of 4); 64 make 2 (128 tiles), not 3 (192, two waves); where waves tie, the more pieces; 96
+    make 4 (3 waves of quarters: 0.75 of a session's time), not 2 (2 waves of halves: all of it); 1,024 (8 a
+    tile) gain nothing from more."""
     got = tiles(sessions, 1 << 20, 132, 8)
     assert len({(e0, e1) for _, _, e0, e1 in got}) == pieces
     assert math.ceil(len(got) / 132) == waves
