@@ -1215,7 +1215,8 @@ constexpr int kMmaDepth = 4;  // steps of loads a warp has in flight: 4 x 8 warp
 constexpr int kMmaPassGroups = 4, kMmaCols = 32, kMmaPart = 16 * kMmaCols;  // a warp's part: 16 rows x 32 columns
 // Each block starts its slices' walk over k at a step of its own (the block's index times 5, wrapped), so the
 // SMs of a phase, all reading the same A, spread their first reads over its lines instead of all asking L2
-// for the same ones at once. Any start gives the same bits run after run: a task's worker is fixed.
+// for the same ones at once. Any start gives the same bits run after run: a task's worker is fixed (the
+// same rows in another tile, or another profile's, may differ in their last bits).
 constexpr bool kMmaRotate = true;
 
 struct MmaStreamLayout {

@@ -210,7 +210,9 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
             def batch_of_elements(places, guarded: bool) -> None:
                 """EWISE_BATCH elements a thread, at ``places`` (session, element), all inside the tile: every
                 load before the first store, so their round trips overlap (a loop of single elements
-                waits for each: its store may alias the next element's loads, for all nvcc knows)."""
+                waits for each: its store may alias the next element's loads, for all nvcc knows). A kept-input
+                body here loads the value's inputs where its condition fails too (a ring write's new row: one
+                row broadcast along the ring, cache hits); never input ``keep`` itself."""
                 offsets = [element_offsets(sess, e) for sess, e in places]
                 values = [[T.bind(ins[k][in_at[k]]) if k in read else None for k in range(n_inputs)]
                           for in_at, _ in offsets]
