@@ -282,8 +282,12 @@ class _Lowering:
 
     # ---- tasks ---------------------------------------------------------------------------------
     def phase(self, name: str, op: str, parts: list[tuple[object, list[Loc], Loc]]) -> wpk.PhaseOp:
-        """One phase; each part is (params, input locations, output location) tiled over the cohort."""
+        """One phase; each part is (params, input locations, output location) tiled over the cohort. The parts
+        share the workers: each is tiled for its share of them, so a phase of many small parts (duplex:1b's
+        codec concatenates 320 rows of 96 floats) makes about one wave of tiles, not a wave per part (20,480
+        tasks at 64 sessions)."""
         tasks = []
+        workers = max(1, self.workers // max(1, len(parts)))
         for params, ins, out in parts:
             words = params.pack()
             opcode = type(params).__name__.removesuffix("Params").lower()
@@ -292,19 +296,20 @@ class _Lowering:
                 continue
             min_elems = max(self.min_elems, self.min_work // max(1, flops_per_element(params)))
             tasks.append(wpk.TasksOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), words,
-                                     self.tiles(params, ins, sessions, min_elems)))
+                                     self.tiles(params, ins, sessions, min_elems, workers)))
         return wpk.PhaseOp(name, op, tasks)
 
-    def tiles(self, params, ins: list[Loc], sessions: int, min_elems: int) -> list[tuple[int, int, int, int]]:
+    def tiles(self, params, ins: list[Loc], sessions: int, min_elems: int,
+              workers: int) -> list[tuple[int, int, int, int]]:
         if isinstance(params, MatmulParams):
             cols = params.shape[-1]
             rows = params.n_elems // cols
             if not ins[1].per_session:
-                return weight_gemm_tiles(sessions, rows, cols, params.k, self.workers, min_elems)
-            return per_session_b_tiles(sessions, rows, cols, self.workers, min_elems, rows_per_b(params))
+                return weight_gemm_tiles(sessions, rows, cols, params.k, workers, min_elems)
+            return per_session_b_tiles(sessions, rows, cols, workers, min_elems, rows_per_b(params))
         if isinstance(params, ConvParams) and not ins[1].per_session:
-            return weight_conv_tiles(sessions, params, self.workers, min_elems)
-        return tiles(sessions, params.n_elems, self.workers, min_elems)
+            return weight_conv_tiles(sessions, params, workers, min_elems)
+        return tiles(sessions, params.n_elems, workers, min_elems)
 
     def ewise_part(self, expr: str, ins: list[Loc], out: Loc, shape: tuple[int, ...]) -> tuple:
         """EWISE over iteration shape `shape` (full, cohort axis first when `out` is per session)."""

@@ -136,3 +136,30 @@ def test_a_reduction_over_unit_axes_is_a_rename_unless_it_changes_the_element():
     for b in range(len(frames)):
         for name, value in zip(("mean", "l2"), runtime.run(None, {"x": frames[b]})):
             np.testing.assert_allclose(got[name][b], value, rtol=0, atol=1e-6)
+
+
+def test_the_parts_of_a_concat_share_the_workers():
+    """c = concat of 16 computed parts (x[:, 4i:4i+4] * (i + 1)) at 64 sessions over 132 workers: each part is
+    tiled for 8 workers, 128 tasks in all (one wave), where tiling each for all 132 made 1,024 (duplex:1b's
+    codec: 20,480 tasks of 96 floats at 64 sessions). The values match onnxruntime."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])
+    c = helper.make_tensor_value_info("c", TensorProto.FLOAT, ["N", 64])
+    inits, nodes = [_ints("axis", [1])], []
+    for i in range(16):
+        inits += [_ints(f"lo{i}", [4 * i]), _ints(f"hi{i}", [4 * i + 4]),
+                  helper.make_tensor(f"k{i}", TensorProto.FLOAT, [], [float(i + 1)])]
+        nodes += [helper.make_node("Slice", ["x", f"lo{i}", f"hi{i}", "axis"], [f"s{i}"]),
+                  helper.make_node("Mul", [f"s{i}", f"k{i}"], [f"p{i}"])]
+    nodes.append(helper.make_node("Concat", [f"p{i}" for i in range(16)], ["c"], axis=1))
+    model = helper.make_model(helper.make_graph(nodes, "parts", [x], [c], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    profile = compile_graph(import_onnx(model), sessions=64, workers=132)
+    (concat,) = [p for p in profile.meta["phases"] if p["op"] == "wave.concat"]
+    assert concat["tasks"] == 128
+    frames = np.random.default_rng(2).standard_normal((2, 64, 64)).astype(np.float32)
+    got = profile.run({"x": frames}, backend="interp")
+    runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b in range(len(frames)):
+        for s in range(64):
+            np.testing.assert_allclose(got["c"][b, s], runtime.run(None, {"x": frames[b, s:s + 1]})[0][0], rtol=0,
+                                       atol=1e-6)
