@@ -591,13 +591,14 @@ def test_report_top_lists_the_phases_moving_the_most_bytes(tiny_profile, capsys)
 
 def _timeline_for(profile_dir: Path, path: Path) -> dict:
     """A timeline as `wavec run --timeline` writes it, for this profile's phases: 2 beats; phase k of n
-    spans k + 1 us and waited 2 (k + 1) us in the last beat."""
+    spans k + 1 us, its median body took (k + 1) / 2 us, and it waited 2 (k + 1) us in the last beat."""
     meta = json.loads((profile_dir / "profile.json").read_text())
     phases, workers = meta["phases"], meta["workers"]
     doc = {"beats": [{"beat": 0, "span_us": 10.0, "busy_us": 5.0, "wait_us": 3.0, "wait_share": 0.1, "workers": workers},
                      {"beat": 1, "span_us": 20.0, "busy_us": 5.0, "wait_us": 5.0, "wait_share": 0.3, "workers": workers}],
            "last_beat_phases": [{"phase": p["name"], "tasks": p["tasks"], "start_us": 0.0, "span_us": k + 1.0,
-                                 "body_max_us": 1.0, "wait_us": 2.0 * (k + 1)} for k, p in enumerate(phases)]}
+                                 "body_max_us": 1.0, "body_p50_us": (k + 1) / 2, "wait_us": 2.0 * (k + 1)}
+                                for k, p in enumerate(phases)]}
     path.write_text(json.dumps(doc))
     return doc
 
@@ -610,11 +611,28 @@ def test_report_shows_the_measured_timeline_beside_the_model(tiny_profile, tmp_p
             "summed over tasks (20.0% of the workers' time)") in text
     first = doc["last_beat_phases"][0]["phase"]
     row = next(line for line in text.splitlines() if line.startswith(first + " "))
-    assert row.split()[-2:] == ["1.0", "2.0"]  # its span and its wait, after the modeled FLOPs and bytes
+    assert row.split()[-3:] == ["1.0", "0.5", "2.0"]  # its span, median body and wait, after the model's figures
+    by_op = {}
+    for k, p in enumerate(json.loads((tiny_profile / "profile.json").read_text())["phases"]):
+        by_op.setdefault(p["op"], [0.0, 0])
+        by_op[p["op"]][0] += k + 1.0
+        by_op[p["op"]][1] += 1
+    heaviest = max(by_op, key=lambda op: by_op[op][0])
+    assert (f"measured by op, its phases' spans summed: {heaviest} {by_op[heaviest][0]:,.1f} us "
+            f"({by_op[heaviest][1]} phases)") in text
     assert wavec_main(["report", str(tiny_profile), "--timeline", str(tmp_path / "t.json"), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["measured"] == {"beats": 2, "span_us_p50": 15.0, "wait_us_p50": 4.0, "wait_share_p50": 0.2}
+    assert {k: v for k, v in shown["measured"].items() if k != "by_op"} == {
+        "beats": 2, "span_us_p50": 15.0, "wait_us_p50": 4.0, "wait_share_p50": 0.2}
+    assert shown["measured"]["by_op"] == {op: {"span_us": v[0], "phases": v[1]} for op, v in by_op.items()}
     assert [p["measured_wait_us"] for p in shown["phases"]] == [2.0 * (k + 1) for k in range(len(shown["phases"]))]
+    # A timeline from before median bodies were recorded: a dash in their column.
+    for row in doc["last_beat_phases"]:
+        del row["body_p50_us"]
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    assert wavec_main(["report", str(tiny_profile), "--timeline", str(tmp_path / "t.json")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(first + " "))
+    assert row.split()[-3:] == ["1.0", "-", "2.0"]
 
 
 @pytest.mark.parametrize("content, message", [

@@ -191,8 +191,10 @@ def _measure(value, what: str, where: str) -> float:
 def with_timeline(report: dict, timeline, where: str) -> dict:
     """``report`` with what the GPU measured beside what the compiler modeled: ``timeline`` is the JSON that
     `wavec run --backend cuda --timeline` writes (``beats``: per traced beat span_us, busy_us, wait_us,
-    wait_share, workers; ``last_beat_phases``: per phase its name, tasks, span_us, wait_us). Adds
-    ``measured`` (the beats' p50s) and, per phase, ``measured_span_us`` and ``measured_wait_us``. Raises
+    wait_share, workers; ``last_beat_phases``: per phase its name, tasks, span_us, wait_us and, from timelines
+    of the tenth run on, body_p50_us, its median task body). Adds ``measured`` (the beats' p50s, and ``by_op``:
+    per op, its phases' spans summed and how many, most first) and, per phase, ``measured_span_us``,
+    ``measured_wait_us`` and ``measured_body_p50_us`` (None where the timeline has none). Raises
     WavecError naming ``where`` when the file is not such a timeline, or was recorded from another program
     (other phases, task counts or workers)."""
     if not isinstance(timeline, dict) or not isinstance(timeline.get("beats"), list) \
@@ -226,17 +228,26 @@ def with_timeline(report: dict, timeline, where: str) -> dict:
         if name in tasks and row.get("tasks", tasks[name]) != tasks[name]:
             raise WavecError(f"{where}: phase {name!r} ran {row.get('tasks')!r} tasks; this profile's has "
                              f"{tasks[name]}: record the timeline from this profile")
+        body = row.get("body_p50_us")
         measured_phases[name] = (_measure(row.get("span_us"), f"phase {name!r}'s span_us", where),
-                                 _measure(row.get("wait_us"), f"phase {name!r}'s wait_us", where))
+                                 _measure(row.get("wait_us"), f"phase {name!r}'s wait_us", where),
+                                 None if body is None else _measure(body, f"phase {name!r}'s body_p50_us", where))
     missing, unknown = sorted(set(tasks) - set(measured_phases)), sorted(set(measured_phases) - set(tasks))
     if missing or unknown:
         raise WavecError(f"{where}: its phases are not this profile's (missing {missing[:3]}, unknown {unknown[:3]}); "
                          "record the timeline from this profile")
-    phases = [{**p, "measured_span_us": measured_phases[p["name"]][0], "measured_wait_us": measured_phases[p["name"]][1]}
-              for p in report["phases"]]
+    phases = [{**p, "measured_span_us": measured_phases[p["name"]][0], "measured_wait_us": measured_phases[p["name"]][1],
+               "measured_body_p50_us": measured_phases[p["name"]][2]} for p in report["phases"]]
+    by_op: dict[str, dict] = {}
+    for p in phases:
+        entry = by_op.setdefault(p["op"], {"span_us": 0.0, "phases": 0})
+        entry["span_us"] += p["measured_span_us"]
+        entry["phases"] += 1
     measured = {"beats": len(beats), "span_us_p50": round(float(np.median(columns["span_us"])), 2),
                 "wait_us_p50": round(float(np.median(columns["wait_us"])), 2),
-                "wait_share_p50": round(float(np.median(columns["wait_share"])), 4)}
+                "wait_share_p50": round(float(np.median(columns["wait_share"])), 4),
+                "by_op": {op: {"span_us": round(e["span_us"], 2), "phases": e["phases"]}
+                          for op, e in sorted(by_op.items(), key=lambda item: -item[1]["span_us"])}}
     return {**report, "phases": phases, "measured": measured}
 
 
@@ -284,16 +295,19 @@ def format_report(report: dict, top: int | None = None) -> str:
         lines.append(f"measured on the GPU ({measured['beats']} traced beats): beat span p50 {measured['span_us_p50']:.2f} us; "
                      f"workers waited p50 {measured['wait_us_p50']:.2f} us a beat, summed over tasks "
                      f"({100 * measured['wait_share_p50']:.1f}% of the workers' time)")
+        lines.append("measured by op, its phases' spans summed: " + ", ".join(
+            f"{op} {e['span_us']:,.1f} us ({e['phases']} phases)" for op, e in measured["by_op"].items()))
     phases = report["phases"]
     if top is not None:
         phases = heaviest_phases(phases, top)
         lines.append(f"the {len(phases)} of {len(report['phases'])} phases moving the most bytes:")
     name_width = max([28, *(len(p["name"]) + 2 for p in phases)])
-    extra = f"{'span us':>12}{'waited us':>12}" if measured else ""
+    extra = f"{'span us':>12}{'body p50 us':>13}{'waited us':>12}" if measured else ""
     lines.append(f"{'phase':<{name_width}}{'op':<20}{'tasks':>6}{'FLOPs':>14}{'bytes':>14}{extra}")
     for p in phases:
         row = f"{p['name']:<{name_width}}{p['op']:<20}{p['tasks']:>6}{p['flops']:>14,}{p['bytes']:>14,}"
         if measured:
-            row += f"{p['measured_span_us']:>12.1f}{p['measured_wait_us']:>12.1f}"
+            body = p["measured_body_p50_us"]
+            row += f"{p['measured_span_us']:>12.1f}{'-' if body is None else f'{body:.1f}':>13}{p['measured_wait_us']:>12.1f}"
         lines.append(row)
     return "\n".join(lines)
