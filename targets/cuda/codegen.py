@@ -1345,9 +1345,11 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
   }
 }
 
-// Runs the task on a GEMM body and returns true: the tiled GEMM for a tile of at least kTgM rows and a quarter
-// of a block's columns, else the streaming GEMM when b is n-contiguous (at most 32 column vectors a warp); or
-// returns false with nothing done (the lane-group body's tiles).
+// Runs the task on a GEMM body and returns true: the tensor-core streaming GEMM for a tile it takes
+// (mma_stream_gemm: 9 to kMmaStreamRows rows, b n-contiguous in column vectors, long k, no prologue), else the
+// tiled GEMM for a tile of at least kTgM rows and a quarter of a block's columns, else the streaming GEMM's
+// narrow pass when b is n-contiguous (at most 32 column vectors a warp); or returns false with nothing done
+// (the lane-group body's tiles).
 __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long* __restrict__ p,
                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
   MatmulTile tile;
