@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Weight-streaming GEMM: the kernel's MATMUL bodies against PyTorch (cuBLAS), the floor and the measured HBM bandwidth.
 
-    python3 bench/gemm.py compile [--out .device/gemm] [--sessions 1 8 64 256] [--layers 8] [--dim 2048]
+    python3 bench/gemm.py compile [--out .device/gemm] [--sessions 1 8 64 256] [--layers 8] [--dim 2048] [--dtype bf16]
     python3 bench/gemm.py run [--out .device/gemm] [--beats 300] [--warmup 30] [--set NAME=VALUE]... [--json FILE]
 
 The model: ``layers`` bias-free fp32 linears chained (x <- x W_l, W_l dim x dim, seeded uniform weights of
-variance 1/dim), one ``dim`` frame per session per beat; every weight byte is read once per beat. ``compile``
+variance 1/dim, rounded to bfloat16 with ``--dtype bf16``), one ``dim`` frame per session per beat; every weight byte is read once per beat. ``compile``
 needs xDSL (run it here; carry --out to the GPU machine). ``run`` needs numpy, cuda-bindings, nvcc and torch:
 for each cohort size it checks the kernel's outputs against a float64 numpy chain on fresh random frames, then
 times ``--beats`` beats of
@@ -42,14 +42,14 @@ HBM_BYTES_PER_S = 4.2e12  # device copy, measured on the H200 the benchmarks run
 TOLERANCE = 1e-4  # fp32: max |got - ref| / (1 + max |ref|) against the float64 chain
 
 
-def linear_stack(layers: int, dim: int):
-    """The benchmark model: ``layers`` chained bias-free linears of ``dim`` x ``dim``."""
+def linear_stack(layers: int, dim: int, dtype: str = "fp32"):
+    """The benchmark model: ``layers`` chained bias-free linears of ``dim`` x ``dim``, weights of ``dtype``."""
     from wavec.frontends.builder import Model
 
-    m = Model(f"linear_stack_{layers}x{dim}", seed=7)
+    m = Model(f"linear_stack_{layers}x{dim}" + ("" if dtype == "fp32" else f"_{dtype}"), seed=7)
     x = m.input("x", [dim])
     for i in range(layers):
-        x = m.matmul(x, m.weight(f"w{i}", [dim, dim], scale=(3.0 / dim) ** 0.5))
+        x = m.matmul(x, m.weight(f"w{i}", [dim, dim], dtype, scale=(3.0 / dim) ** 0.5))
     m.output("y", x)
     return m
 
@@ -60,7 +60,7 @@ def compile_profiles(args) -> None:
 
     for s in args.sessions:
         t0 = time.perf_counter()
-        profile = compile_graph(lower_model(linear_stack(args.layers, args.dim)), sessions=s)
+        profile = compile_graph(lower_model(linear_stack(args.layers, args.dim, args.dtype)), sessions=s)
         profile.save(args.out / f"gemm-{s}")
         print(f"gemm-{s}: {len(profile.payloads)} tasks, {time.perf_counter() - t0:.1f} s", flush=True)
 
@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 64, 256], help="cohort sizes to compile (default 1 8 64 256)")
     ap.add_argument("--layers", type=int, default=8, help="chained linears (default 8)")
     ap.add_argument("--dim", type=int, default=2048, help="their size, dim x dim (default 2048)")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="the weights' values: fp32, or rounded to bfloat16 (computed as fp32; default fp32)")
     ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
                     help="run the kernels with this constexpr switch set (gpu_check.py --set)")
     return compile_or_run(ap.parse_args(argv), compile_profiles, run_profiles, COLUMNS)

@@ -106,16 +106,30 @@ class InputOp(_Named):
 
 @irdl_op_definition
 class WeightOp(_Named):
+    """A weight; ``dtype = "bf16"`` promises that every value is a bfloat16 number (computed as float32), which
+    lets a tensor-core body use the values' bits as TF32 operands without splitting them."""
+
     name = "wave.weight"
     sym_name = prop_def(StringAttr, prop_name="name")
+    value_dtype = opt_prop_def(StringAttr, prop_name="dtype")
     result = result_def(TensorType)
     assembly_format = "$name attr-dict `:` type($result)"
 
-    def __init__(self, name: str, shape: Sequence[int]):
-        super().__init__(properties={"name": StringAttr(name)}, result_types=[tensor(shape)])
+    def __init__(self, name: str, shape: Sequence[int], dtype: str = "fp32"):
+        props = {"name": StringAttr(name)}
+        if dtype != "fp32":
+            props["dtype"] = StringAttr(dtype)
+        super().__init__(properties=props, result_types=[tensor(shape)])
+
+    @property
+    def is_bf16(self) -> bool:
+        return self.value_dtype is not None and self.value_dtype.data == "bf16"
 
     def verify_(self) -> None:
         _check_f32_tensor(self, "weight", self.result.type)
+        if self.value_dtype is not None and not self.is_bf16:
+            raise VerifyException(f'wave.weight {self.sym!r}: dtype {self.value_dtype.data!r} is not "bf16"; '
+                                  "omit it for float32 values")
 
 
 @irdl_op_definition

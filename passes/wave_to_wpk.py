@@ -390,6 +390,14 @@ def _matmul_operand_strides(own: tuple[int, ...], shape: tuple[int, ...], full: 
     return tuple(strides[1:] if ps else strides)
 
 
+def _is_bf16_weight(value: SSAValue) -> bool:
+    """Whether ``value`` is a bf16 weight's, read through transposes and reshapes (which keep its values)."""
+    op = value.owner
+    while isinstance(op, (wave.TransposeOp, wave.ReshapeOp)):
+        op = op.x.owner
+    return isinstance(op, wave.WeightOp) and op.is_bf16
+
+
 def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) -> tuple:
     a, b = ins[:2]
     n_pro = len(op.prologue_inputs)
@@ -409,6 +417,7 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) ->
         b_strides=operand_strides(b, "b"),
         epilogue=_epilogue(op, extras, out),
         prologue=_prologue(op, a, pro_extras, out),
+        b_tf32=_is_bf16_weight(op.b),
     )
     return params, [a, b, *pro_extras, *extras], out
 

@@ -14,9 +14,12 @@ import pytest
 
 from builder_harness import run_against_reference
 from wavec.cli import main as wavec_main
+from wavec.driver import compile_graph
 from wavec.dialects import wave
 from wavec.errors import BuilderError
 from wavec.frontends.builder import Model, from_npz, from_onnx, from_safetensors
+from wavec.opcodes import Arena, Opcode, unpack_params
+from wavec.payload import operand_arena
 from wavec.weights import RandomWeight, round_to_bf16
 
 TOLERANCE = 1e-4
@@ -136,6 +139,33 @@ def test_dtype_errors():
         m.state("s", [2], "bf16")
     with pytest.raises(BuilderError, match=rf"{here()}: input: dtype 'int8'"):
         m.input("x", [2], "int8")
+
+
+def test_bf16_weights_make_matmuls_whose_b_is_tf32():
+    """A bf16 weight lowers to wave.weight {dtype = "bf16"}; a MATMUL reading it (directly, or through the copy a
+    transpose makes) carries b_tf32 = 1, so the tensor-core body skips b's split; an fp32 weight's and an
+    activation's MATMULs carry 0. The values still run against the float64 reference."""
+    m = Model("bf16", seed=3)
+    x = m.input("x", [8])
+    wb = m.weight("wb", [8, 8], "bf16")
+    wt = m.weight("wt", [8, 8], "bf16")
+    wf = m.weight("wf", [8, 8])
+    h = m.matmul(m.matmul(m.matmul(x, wb), m.transpose(wt, [1, 0])), wf)
+    m.output("y", m.matmul(m.reshape(h, [8, 1]), m.reshape(x, [1, 8])))
+    graph = m.lower()
+    dtypes = {op.sym: op.is_bf16 for op in graph.module.walk() if isinstance(op, wave.WeightOp)}
+    assert dtypes == {"wb": True, "wt": True, "wf": False}
+    profile = compile_graph(graph, sessions=2, workers=3)
+    b_tf32 = {}  # b's tensor (its arena and offset) -> the word of the MATMULs reading it
+    for r in profile.payloads:
+        if int(r["opcode"]) == Opcode.MATMUL:
+            b = (operand_arena(r, 1), int(r["offset"][1]))
+            b_tf32.setdefault(b, set()).add(unpack_params(profile.params, int(r["params"])).b_tf32)
+    weights = {(int(Arena.WEIGHTS), t["offset"]): t["name"] for t in profile.meta["tensors"] if t["arena"] == "weights"}
+    named = sorted((weights.get(b, "activation"), sorted(words)) for b, words in b_tf32.items())
+    # the activation h, wt's transposed copy (an activation too), wb, wf
+    assert named == [("activation", [False]), ("activation", [True]), ("w.wb", [True]), ("w.wf", [False])]
+    check(m)
 
 
 def test_state_errors():

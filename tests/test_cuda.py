@@ -267,12 +267,14 @@ def ptxas_compile(tmp_path, src: str) -> str:
 # copy of the bytecode interpreter, the epilogue and the offset arithmetic: the kernel's code went from
 # 1,011 KB to ~300 KB, the persistent function (the scheduler loop) spills under 150 bytes (inlined bodies had
 # made duplex:1b's spill 4 KB around its calls), and the most is matmul_gemm_body's tiled epilogues (~600
-# bytes of loads; its k loop has none, nvdisasm). More would mean a body grew.
-MAX_SPILL_BYTES = {256: 12, 512: 1000}
+# bytes of loads; its k loop has none, nvdisasm). The eleventh run's third tiled GEMM (b of TF32 values) took
+# them to 1,080, outside the loops: each tiled GEMM's chunk loop reloads 12 spilled words a chunk, where it
+# reloaded 20 before (nvdisasm, duplex:tiny's kernel). More would mean a body grew.
+MAX_SPILL_BYTES = {256: 12, 512: 1200}
 # The functions ptxas compiles apart (the kernel's entry points and what they call without inlining it).
 NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "ewise_body", "matmul_body", "matmul_gemm_body",
                "stream_gemmILi1ELb0", "stream_gemmILi1ELb1", "stream_gemmILi4ELb0", "stream_gemmILi4ELb1",
-               "mma_stream_gemm", "conv_body", "conv_tiled_body", "reduce_body", "run_code", "Epilogue10apply_code",
+               "mma_stream_gemmILb0", "mma_stream_gemmILb1", "conv_body", "conv_tiled_body", "reduce_body", "run_code", "Epilogue10apply_code",
                "strided_offset")
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from test_tiled_gemm_mirror import PTX_A, PTX_B, gemm_smem_floats
+from wavec.weights import round_to_bf16
 
 PASS_GROUPS, COLS, DEPTH = 4, 32, 4  # kMmaPassGroups, kMmaCols, kMmaDepth
 PART = 16 * COLS  # kMmaPart
@@ -161,3 +162,14 @@ def test_the_tf32_split_keeps_23_bits_without_bias():
     err = (big.astype(np.float64) + small - x) / x.astype(np.float64)  # < 0: toward zero
     assert np.abs(err).max() <= 2.0 ** -23
     assert abs(err.mean()) < 2.0 ** -23 / 100
+
+
+def test_a_bf16_value_is_its_own_tf32():
+    """A MATMUL's b_tf32 (a bf16 weight's b): its values' bits are the TF32 operands unsplit, and the product the
+    tensor-core bodies then skip, a_big x b_small, is zero: tf32_split of a bf16 value gives big = x, small = 0.
+    A float32 value with more mantissa bits does not split so."""
+    rng = np.random.default_rng(12)
+    x = round_to_bf16((rng.normal(size=100_000) * np.exp2(rng.integers(-30, 30, size=100_000))).astype(np.float32))
+    assert (tf32_rn(x) == x).all() and ((x - tf32_rn(x)) == 0).all()
+    y = rng.normal(size=1000).astype(np.float32)
+    assert (tf32_rn(y) != y).mean() > 0.99

@@ -429,10 +429,12 @@ NO_PROLOGUE = Prologue()
 class MatmulParams:
     """out[idx] = epilogue(sum_k prologue(a[idx, k]) * b[idx, k]) over ``shape`` (the output's, batch dims first).
 
-    Words: MATMUL, rank, shape[rank], K, out_strides[rank], a_strides[rank+1], b_strides[rank+1], prologue
-    (see Prologue), epilogue (see Epilogue). ``a`` has stride 0 along the output's last (n) axis and ``b``
-    along its m axis; the last stride is k's. Inputs: a, b, the prologue's extra inputs, then the
-    epilogue's.
+    Words: MATMUL, rank, shape[rank], K, b_tf32, out_strides[rank], a_strides[rank+1], b_strides[rank+1],
+    prologue (see Prologue), epilogue (see Epilogue). ``a`` has stride 0 along the output's last (n) axis and
+    ``b`` along its m axis; the last stride is k's. Inputs: a, b, the prologue's extra inputs, then the
+    epilogue's. ``b_tf32`` (0 or 1) promises that every value of b is a TF32 number (its low 13 mantissa
+    bits zero: a bf16 weight), so a tensor-core body may use b's bits as they are instead of splitting
+    them into two TF32 terms; it changes no result.
     """
 
     shape: tuple[int, ...]
@@ -442,11 +444,12 @@ class MatmulParams:
     b_strides: tuple[int, ...]
     epilogue: Epilogue = NO_EPILOGUE
     prologue: Prologue = NO_PROLOGUE
+    b_tf32: bool = False
 
     def pack(self) -> np.ndarray:
         r = len(self.shape)
         return np.array(
-            [int(Opcode.MATMUL), r, *self.shape, self.k, *self.out_strides, *self.a_strides, *self.b_strides,
+            [int(Opcode.MATMUL), r, *self.shape, self.k, int(self.b_tf32), *self.out_strides, *self.a_strides, *self.b_strides,
              *self.prologue.pack(), *self.epilogue.pack()],
             np.int64,
         )
@@ -455,13 +458,15 @@ class MatmulParams:
     def unpack(words: np.ndarray, at: int) -> "MatmulParams":
         r = int(words[at + 1])
         shape, p = _read(words, at + 2, r)
-        k = int(words[p])
-        out_strides, p = _read(words, p + 1, r)
+        k, b_tf32 = int(words[p]), int(words[p + 1])
+        if b_tf32 not in (0, 1):
+            raise ValueError(f"MATMUL b_tf32 word is {b_tf32}, expected 0 or 1")
+        out_strides, p = _read(words, p + 2, r)
         a, p = _read(words, p, r + 1)
         b, p = _read(words, p, r + 1)
         pro, p = Prologue.unpack(words, p, r)
         ep, _ = Epilogue.unpack(words, p)
-        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b), ep, pro)
+        return MatmulParams(tuple(shape), k, tuple(out_strides), tuple(a), tuple(b), ep, pro, bool(b_tf32))
 
     @property
     def n_own(self) -> int:

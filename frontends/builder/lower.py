@@ -145,8 +145,9 @@ class _Lowering:
 
     def lower_weight(self, node: Node, ins, attrs):
         name = attrs["name"]
-        self.b.weights[name] = self.model.weights[name].value
-        return self.b.append(wave.WeightOp(name, node.shapes[0]))
+        decl = self.model.weights[name]
+        self.b.weights[name] = decl.value
+        return self.b.append(wave.WeightOp(name, node.shapes[0], decl.dtype))
 
     def lower_state(self, node: Node, ins, attrs):
         name = attrs["name"]

@@ -22,6 +22,15 @@ func.func @unknown_function() {
 
 // -----
 
+func.func @weight_dtype() {
+  %w = wave.weight "w" {dtype = "fp8"} : tensor<4xf32>
+  wave.output "y", %w : tensor<4xf32>
+  func.return
+}
+// CHECK: wave.weight 'w': dtype 'fp8' is not "bf16"; omit it for float32 values
+
+// -----
+
 func.func @matmul_contraction() {
   %x = wave.input "x" : tensor<1x8xf32>
   %w = wave.weight "w" : tensor<4x4xf32>

@@ -1,9 +1,10 @@
 // RUN: WAVEC_ROUNDTRIP
-// The wave dialect's ops print in their custom form and survive a generic round trip.
+// The wave dialect's ops print in their custom form and survive a generic round trip. A weight may promise
+// bfloat16 values ({dtype = "bf16"}).
 
 func.func @session_boundary() {
   %x = wave.input "input" {cohort_axis = 0 : i64} : tensor<1x8xf32>
-  %w = wave.weight "w" : tensor<8x4xf32>
+  %w = wave.weight "w" {dtype = "bf16"} : tensor<8x4xf32>
   %h = wave.state "h" : tensor<1x4xf32>
   %y = wave.matmul %x, %w : (tensor<1x8xf32>, tensor<8x4xf32>) -> tensor<1x4xf32>
   %z = wave.ewise "tanh(add(%0, %1))"(%y, %h) : (tensor<1x4xf32>, tensor<1x4xf32>) -> tensor<1x4xf32>
@@ -13,7 +14,7 @@ func.func @session_boundary() {
 }
 // CHECK-LABEL: func.func @session_boundary() {
 // CHECK-NEXT:    %x = wave.input "input" {cohort_axis = 0 : i64} : tensor<1x8xf32>
-// CHECK-NEXT:    %w = wave.weight "w" : tensor<8x4xf32>
+// CHECK-NEXT:    %w = wave.weight "w" {dtype = "bf16"} : tensor<8x4xf32>
 // CHECK-NEXT:    %h = wave.state "h" : tensor<1x4xf32>
 // CHECK-NEXT:    %y = wave.matmul %x, %w : (tensor<1x8xf32>, tensor<8x4xf32>) -> tensor<1x4xf32>
 // CHECK-NEXT:    %z = wave.ewise "tanh(add(%0, %1))"(%y, %h) : (tensor<1x4xf32>, tensor<1x4xf32>) -> tensor<1x4xf32>

@@ -248,3 +248,25 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NOT:   wpk.phase "transpose_5"
 // CHECK:       wpk.phase "matmul_6"
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["t{{[0-9]+}}", "in.v"]
+
+// -----
+
+// A weight whose values are bf16 numbers ({dtype = "bf16"}) makes a MATMUL's b of TF32 values, read through a
+// transpose too (here a copy, t2: the weight's rows are b's columns): the word after K (b_tf32) is 1, so the
+// tensor-core body uses b's bits unsplit. A float32 weight's word is 0.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @bf16_weights() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x8xf32>
+    %wb = wave.weight "wb" {dtype = "bf16"} : tensor<4x8xf32>
+    %wt = wave.transpose %wb {perm = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>
+    %y = wave.matmul %x, %wt : (tensor<2x1x8xf32>, tensor<8x4xf32>) -> tensor<2x1x4xf32>
+    %wf = wave.weight "wf" : tensor<4x4xf32>
+    %z = wave.matmul %y, %wf : (tensor<2x1x4xf32>, tensor<4x4xf32>) -> tensor<2x1x4xf32>
+    wave.output "z", %z {cohort_axis = 0 : i64} : tensor<2x1x4xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "matmul_3"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.x", "t2"], {{.*}}params = array<i64: 2, 2, 1, 4, 8, 1,
+// CHECK-LABEL: wpk.phase "matmul_5"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["t3", "w.wf"], {{.*}}params = array<i64: 2, 2, 1, 4, 4, 0,

@@ -663,14 +663,14 @@ struct LaneGroups {
 };
 
 // MATMUL: out[idx] = epilogue(sum_k prologue(a[idx, k]) * b[idx, k]). Words: MATMUL, rank, shape[rank], K,
-// out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), prologue, epilogue.
-// Inputs: a, b, the prologue's extras, the epilogue's extras.
+// b_tf32, out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), prologue,
+// epilogue. Inputs: a, b, the prologue's extras, the epilogue's extras.
 __device__ __noinline__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                             unsigned* out_epoch, unsigned beat) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
   const long long K = shape[rank];
-  const long long* out_strides = shape + rank + 1;
+  const long long* out_strides = shape + rank + 2;
   const long long* a_strides = out_strides + rank;
   const long long* b_strides = a_strides + rank + 1;
   const long long ak = a_strides[rank], bk = b_strides[rank];
@@ -823,7 +823,9 @@ __device__ __forceinline__ float* gemm_smem() {
   return smem;
 }
 
-// The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..).
+// The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..). kBTf32: B's
+// values are TF32 numbers (a MATMUL's b_tf32), used as they are: two products a step, not three.
+template <bool kBTf32>
 __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const float (*Bs)[kTgLd], unsigned wm,
                                             unsigned wn, float (&acc)[2][4]) {
   const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
@@ -836,12 +838,19 @@ __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const floa
     tf32_split(As[wm + g + 8][k8 + q + 4], a_big[3], a_small[3]);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      unsigned b_big[2], b_small[2];
-      tf32_split(Bs[wn + nt * 8 + g][k8 + q], b_big[0], b_small[0]);
-      tf32_split(Bs[wn + nt * 8 + g][k8 + q + 4], b_big[1], b_small[1]);
-      mma_tf32(acc[nt], a_small, b_big);  // the small terms first: they are added before the large one rounds
-      mma_tf32(acc[nt], a_big, b_small);
-      mma_tf32(acc[nt], a_big, b_big);
+      if constexpr (kBTf32) {
+        const unsigned b_bits[2] = {__float_as_uint(Bs[wn + nt * 8 + g][k8 + q]),
+                                    __float_as_uint(Bs[wn + nt * 8 + g][k8 + q + 4])};
+        mma_tf32(acc[nt], a_small, b_bits);
+        mma_tf32(acc[nt], a_big, b_bits);
+      } else {
+        unsigned b_big[2], b_small[2];
+        tf32_split(Bs[wn + nt * 8 + g][k8 + q], b_big[0], b_small[0]);
+        tf32_split(Bs[wn + nt * 8 + g][k8 + q + 4], b_big[1], b_small[1]);
+        mma_tf32(acc[nt], a_small, b_big);  // the small terms first: they are added before the large one rounds
+        mma_tf32(acc[nt], a_big, b_small);
+        mma_tf32(acc[nt], a_big, b_big);
+      }
     }
   }
 }
@@ -850,8 +859,9 @@ __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const floa
 //   ops.start_rows(m0)                      this thread's A rows of the block at m0 (tg_a_row);
 //   ops.load(n0, k0, a[kTgLoadsA], b[kTgLoadsB])  this thread's values of the chunk at k0 (0 outside);
 //   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
-// Ops::kBAlongK says which way B is staged (tg_b_col / tg_b_k). Every thread of the block calls it.
-template <class Ops>
+// Ops::kBAlongK says which way B is staged (tg_b_col / tg_b_k); kBTf32, that B's values are TF32 numbers
+// (tg_products). Every thread of the block calls it.
+template <bool kBTf32, class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
   float (*As)[kTgLd] = reinterpret_cast<float (*)[kTgLd]>(gemm_smem());
   float (*Bs)[kTgLd] = As + kTgM;
@@ -877,7 +887,7 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
         // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
         // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
         float part[2][4] = {};
-        tg_products(As, Bs, wm, wn, part);
+        tg_products<kBTf32>(As, Bs, wm, wn, part);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -918,6 +928,7 @@ struct MatmulTile {
   const float* pb;  // b at (k = 0, the tile's first column)
   const long long* prologue;  // the task's prologue words
   bool has_prologue;          // not the identity
+  bool b_tf32;                // every value of b is a TF32 number (the MATMUL's b_tf32 word)
 
   __device__ __forceinline__ Row row(unsigned m) const {
     if (m >= M) return Row{0, 0, 0, false};
@@ -950,7 +961,7 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
                               const long long*& ep_words) {
   const int rank = (int)p[1];
   const long long* shape = p + 2;
-  const long long* out_strides = shape + rank + 1;
+  const long long* out_strides = shape + rank + 2;
   const long long* a_strides = out_strides + rank;
   const long long* b_strides = a_strides + rank + 1;
   const unsigned N = (unsigned)shape[rank - 1];
@@ -983,7 +994,7 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
                     operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
                     operand(t, arena_base, 1).at(t.session_begin, strided_offset(row0 * N, rank, shape, b_strides) +
                                                                     col0 * b_strides[rank - 1]),
-                    b_strides + rank + 1, pro.n_extra != 0 || pro.n_code != 0};
+                    b_strides + rank + 1, pro.n_extra != 0 || pro.n_code != 0, shape[rank + 1] != 0};
   ep_words = pro.end;
   return true;
 }
@@ -1248,6 +1259,10 @@ struct MmaStep {
   float4 b[2];    // [k 2q, 2q + 1]
 };
 
+// kBTf32: b's values are TF32 numbers (tile.b_tf32), so their bits are the b fragments as they are, with no
+// split and no a_big x b_small product: 2 products a step for each n8 tile, not 3, and no instructions for
+// the split of b (bf16 weights: every value of duplex:1b's).
+template <bool kBTf32>
 __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
   const MmaStreamLayout L(tile.n_cols, tile.M);
   const unsigned K = tile.K, n_cols = tile.n_cols, steps = (K + 7) / 8, Wg = L.Wg, slice = L.slice;
@@ -1258,12 +1273,12 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
   const float* wb = tile.pb + col;
   const unsigned my_steps = L.active && slice < steps ? (steps - slice + Wg - 1) / Wg : 0;
   float* buf = gemm_smem();
+  const unsigned rot = kMmaRotate && my_steps ? blockIdx.x * 5u % my_steps : 0;
   for (unsigned m0 = 0; m0 < tile.M; m0 += 16 * L.H) {
     const unsigned row0 = m0 + 16 * L.rows + g;  // this lane's rows: row0, row0 + 8
     const float* arow[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) arow[h] = L.active && row0 + 8 * h < tile.M ? tile.a_row(row0 + 8 * h) : nullptr;
-    const unsigned rot = kMmaRotate && my_steps ? blockIdx.x * 5u % my_steps : 0;
     auto load = [&](unsigned i, MmaStep& v) {  // the step this warp walks i-th (rotated by rot)
       const bool in = i < my_steps;
       const unsigned r = i + rot >= my_steps ? i + rot - my_steps : i + rot;
@@ -1274,8 +1289,8 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 #pragma unroll
         for (int h = 0; h < 2; ++h) v.a[h][kk] = k_in && arow[h] ? ld_global(arow[h] + (k0 + kk) * ak) : 0.0f;
         if (k_in && has_cols) {
-          const Vec<kGemmCols> r = load_columns<kGemmCols>(wb + (k0 + kk) * bk);
-          v.b[kk] = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+          const Vec<kGemmCols> b = load_columns<kGemmCols>(wb + (k0 + kk) * bk);
+          v.b[kk] = make_float4(b.v[0], b.v[1], b.v[2], b.v[3]);
         } else {
           v.b[kk] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
@@ -1298,13 +1313,19 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
           const float b1[4] = {v[j].b[1].x, v[j].b[1].y, v[j].b[1].z, v[j].b[1].w};
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
-            unsigned b_big[2], b_small[2];
-            tf32_split(b0[nt], b_big[0], b_small[0]);
-            tf32_split(b1[nt], b_big[1], b_small[1]);
             float part[4] = {};
-            mma_tf32(part, a_small, b_big);
-            mma_tf32(part, a_big, b_small);
-            mma_tf32(part, a_big, b_big);
+            if constexpr (kBTf32) {
+              const unsigned b_bits[2] = {__float_as_uint(b0[nt]), __float_as_uint(b1[nt])};
+              mma_tf32(part, a_small, b_bits);
+              mma_tf32(part, a_big, b_bits);
+            } else {
+              unsigned b_big[2], b_small[2];
+              tf32_split(b0[nt], b_big[0], b_small[0]);
+              tf32_split(b1[nt], b_big[1], b_small[1]);
+              mma_tf32(part, a_small, b_big);
+              mma_tf32(part, a_big, b_small);
+              mma_tf32(part, a_big, b_big);
+            }
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[nt][c] += part[c];
           }
@@ -1373,13 +1394,17 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   const Epilogue ep(t, arena_base, ep_words, 2 + pro.n_extra);
   bool error = false;
   if (mma_stream) {
-    mma_stream_gemm(tile, ep, error);
+    if (tile.b_tf32) mma_stream_gemm<true>(tile, ep, error);
+    else mma_stream_gemm<false>(tile, ep, error);
   } else if (tiled && tile.bk == 1) {
     MatmulTileOps<true> ops{tile, ep, {}};
-    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
+    tiled_gemm<false>(ops, tile.M, tile.n_cols, tile.K, error);
+  } else if (tiled && tile.b_tf32) {
+    MatmulTileOps<false> ops{tile, ep, {}};
+    tiled_gemm<true>(ops, tile.M, tile.n_cols, tile.K, error);
   } else if (tiled) {
     MatmulTileOps<false> ops{tile, ep, {}};
-    tiled_gemm(ops, tile.M, tile.n_cols, tile.K, error);
+    tiled_gemm<false>(ops, tile.M, tile.n_cols, tile.K, error);
   } else if (tile.has_prologue) {
     if (vec4) stream_gemm<kGemmCols, true>(tile, pro, ep, error);
     else stream_gemm<1, true>(tile, pro, ep, error);
@@ -1500,7 +1525,7 @@ __device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* 
                   has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
                   operand(t, arena_base, 1).at(0, 0) + (size_t)u0 * K, ep, {}, {}};
   bool error = false;
-  tiled_gemm(ops, M, U, K, error);
+  tiled_gemm<false>(ops, M, U, K, error);
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
@@ -1767,7 +1792,7 @@ __device__ __forceinline__ void prefetch_task_weights(const Payload& t, const lo
     // b[k, n] at b_strides[rank - 1] * n + b_strides[rank] * k (elements); one matrix for every output row.
     const int rank = (int)p[1];
     const long long* shape = p + 2;
-    const long long* b_strides = shape + 2 * rank + 1 + rank + 1;
+    const long long* b_strides = shape + 2 * rank + 2 + rank + 1;
     #pragma unroll 1
     for (int d = 0; d < rank - 1; ++d)
       if (b_strides[d] != 0) return;
