@@ -405,7 +405,8 @@ class BuilderPeerBackend:
         return True
 
     def collect(self, names=None) -> dict[str, np.ndarray]:
-        return {n: self.out_host[n].numpy().copy() for n in (names or self.names)}
+        """Views of the pinned host outputs, valid until the next publish (as wavec's CudaBackend.collect)."""
+        return {n: self.out_host[n].numpy() for n in (names or self.names)}
 
     def close(self) -> None:
         pass

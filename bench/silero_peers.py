@@ -132,8 +132,9 @@ class TorchPeerBackend:
         return True
 
     def collect(self, names=None) -> dict[str, np.ndarray]:
-        """The speech probability only (``names`` None or ["output"]): the LSTM state stays on the GPU."""
-        return {"output": self.out_host.numpy().copy()}
+        """The speech probability only (``names`` None or ["output"]): the LSTM state stays on the GPU. A view of
+        the pinned host output, valid until the next publish (as wavec's CudaBackend.collect)."""
+        return {"output": self.out_host.numpy()}
 
     def close(self) -> None:
         pass

@@ -472,12 +472,17 @@ def test_cuda_prologue_matches_interp_and_reference(sessions, dims, switches):
 @pytest.mark.gpu
 @needs_gpu
 def test_session_serves_beats_and_records_latency():
+    """Odd beats collect views of the pinned staging (copy=False, what the server stores from), even ones copies."""
     profile, weights = build_test_profile()
     frames, reset = random_run(profile, 20)
     ref = reference(weights, frames, reset)
     with runtime.CudaSession(profile) as s:
         for b in range(20):
-            out = s.beat({k: v[b] for k, v in frames.items()}, reset[b])
+            if b % 2:
+                s.publish({k: v[b] for k, v in frames.items()}, reset[b])
+                out = s.collect(copy=False)
+            else:
+                out = s.beat({k: v[b] for k, v in frames.items()}, reset[b])
             assert max_err({k: out[k][None] for k in out}, {k: ref[k][b : b + 1] for k in ref}) <= 1e-4
         assert len(s.latencies_us) == 20 and all(t > 0 for t in s.latencies_us)
 
