@@ -116,7 +116,7 @@ def row_of(system: str, sessions: int, results: list, floor: float | None) -> di
     handed to the system (gathering them and, for a beat published ahead, waiting for the one before);
     ``floor_us``: the beat's physical floor at this size (the profile's report, harness.floor_us),
     and the p99 over it; ``identical_runs``: every run delivered the same output bits (the runs serve the
-    same frames and resets)."""
+    same frames and resets); ``late_at``: the first 20 late beats as [run, beat]."""
     compute = np.concatenate([r.compute_us for r in results])
     lag = np.concatenate([r.published_us - r.start_us for r in results])
     late = int(sum(r.summary()["late_beats"] for r in results))
@@ -125,7 +125,8 @@ def row_of(system: str, sessions: int, results: list, floor: float | None) -> di
             "late_beats": late, "held": late == 0, "p50_us": round(float(np.percentile(compute, 50)), 1),
             "p99_us": p99, "max_us": round(float(compute.max()), 1),
             "lag_p99_us": round(float(np.percentile(lag, 99)), 1), "floor_us": floor,
-            "p99_over_floor": round(p99 / floor, 1) if floor else None, "identical_runs": identical_runs(results)}
+            "p99_over_floor": round(p99 / floor, 1) if floor else None, "identical_runs": identical_runs(results),
+            "late_at": [[run, int(b)] for run, r in enumerate(results) for b in np.flatnonzero(r.late)][:20]}
 
 
 def identical_runs(results: list) -> bool:
