@@ -303,6 +303,24 @@ def test_cuda_session_refuses_to_publish_two_beats_ahead(monkeypatch, tmp_path):
         session.close()
 
 
+def test_cuda_session_passes_no_reset_at_beat_0(monkeypatch, tmp_path):
+    """Beat 0's reset flags are moot (every slot starts at its initial state, uploaded at load) and reach the
+    kernel as zeros; later beats' flags reach it as given. test_cuda_backend_publishes_ahead_against_a_fake_driver
+    checks the outputs with a slot admitted at beat 0 against the reference."""
+    from test_cuda import random_run
+
+    small, fake, cubin = fake_cuda(monkeypatch, tmp_path, 3)
+    frames, _ = random_run(small, 2)
+    flags = np.array([True, False, True])
+    with runtime.CudaSession(small, cubin=cubin, timeout_s=20) as session:
+        session.publish({k: v[0] for k, v in frames.items()}, flags)
+        assert (session._reset_view == 0).all()
+        session.collect()
+        session.publish({k: v[1] for k, v in frames.items()}, flags)
+        assert (session._reset_view == flags).all()
+        session.collect()
+
+
 # -- the command ----------------------------------------------------------------------------------------------
 
 

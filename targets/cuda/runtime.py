@@ -385,7 +385,9 @@ class CudaSession:
 
     def publish(self, frames: dict[str, np.ndarray], reset: np.ndarray | None = None) -> None:
         """Copies the next beat's inputs (beat ``published``) into half ``published % 2`` and publishes its input
-        epoch. May be called while the previous beat still runs (one beat ahead of `collect`), not further."""
+        epoch. May be called while the previous beat still runs (one beat ahead of `collect`), not further.
+        ``reset`` flags the slots whose state returns to its initial value first; beat 0's are moot (every slot
+        starts there) and not passed on."""
         if self._closed:
             raise RuntimeBackendError("the CUDA session is closed")
         cu = driver()
@@ -401,7 +403,9 @@ class CudaSession:
             if frames[name] is not view:  # frames written into `input_views` are already staged
                 view[...] = frames[name]
         if self._reset_view is not None:
-            flags = np.zeros(self.sessions, bool) if reset is None else np.asarray(reset, bool)
+            # Beat 0 resets nothing: every slot holds its initial state, uploaded at load (_initial_state), and a
+            # cohort admitted at once (duplex:1b's 96 sessions) would rewrite 3.9 GB of it with the same bytes.
+            flags = np.zeros(self.sessions, bool) if reset is None or b == 0 else np.asarray(reset, bool)
             self._reset_view[...] = flags.astype(np.float32)  # the program's reset tasks read these
         half = b % 2
         if self.input_half:
