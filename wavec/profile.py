@@ -1,6 +1,6 @@
 """A compiled profile: everything a runtime needs to serve a cohort, in one directory.
 
-Files (format ``wavec-profile/1``):
+Files (format ``wavec-profile/2``; /2 added the MATMUL block's ``b_tf32`` word, wavec/opcodes.py):
 - ``profile.json``: sessions, workers, arena sizes in bytes, the I/O and state bindings, the tensor table,
   phases, and ``worker_tasks`` ([begin, end) rows of the payload table per worker, in execution order);
 - ``payloads.bin``: one 128-byte record per task (wavec/payload.py);
@@ -56,7 +56,7 @@ from wavec.errors import ProfileError, RuntimeBackendError
 from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
 from wavec.weights import check_stored, from_spec, unpack_stored
 
-FORMAT = "wavec-profile/1"
+FORMAT = "wavec-profile/2"
 BACKENDS = ("interp", "cuda")
 
 
