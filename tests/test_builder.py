@@ -16,7 +16,7 @@ from builder_harness import run_against_reference
 from wavec.cli import main as wavec_main
 from wavec.driver import compile_graph
 from wavec.dialects import wave
-from wavec.errors import BuilderError
+from wavec.errors import BuilderError, WavecError
 from wavec.frontends.builder import Model, from_npz, from_onnx, from_safetensors
 from wavec.opcodes import Arena, Opcode, unpack_params
 from wavec.payload import operand_arena
@@ -166,6 +166,19 @@ def test_bf16_weights_make_matmuls_whose_b_is_tf32():
     # the activation h, wt's transposed copy (an activation too), wb, wf
     assert named == [("activation", [False]), ("activation", [True]), ("w.wb", [True]), ("w.wf", [False])]
     check(m)
+
+
+def test_a_bf16_weight_whose_values_are_not_bf16_is_refused():
+    """The promise is checked against the blob before the pipeline runs: the GEMMs would drop the low bits."""
+    m = Model("lie", seed=3)
+    x = m.input("x", [8])
+    m.output("y", m.matmul(x, m.weight("w", [8, 8], "bf16", init=np.full((8, 8), 0.1, np.float32))))
+    graph = m.lower()
+    compile_graph(graph, sessions=1, workers=2)  # the builder rounded the array: it holds
+    graph = m.lower()
+    graph.weights["w"] = np.full((8, 8), 0.1, np.float32)
+    with pytest.raises(WavecError, match="wave.weight 'w' is declared bf16, but its values are not all bfloat16 numbers"):
+        compile_graph(graph, sessions=1, workers=2)
 
 
 def test_state_errors():

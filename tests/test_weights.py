@@ -55,6 +55,14 @@ def test_bf16_rounding_is_nearest_even():
     assert not (b.view(np.uint32) & 0xFFFF).any()
 
 
+def test_bf16_rounding_makes_nan_a_bf16_number():
+    """A NaN becomes its sign's quiet NaN, low 16 bits zero (a payload in the low bits alone would be an
+    infinity to the tensor cores, which read a b_tf32 MATMUL's weight bits unsplit)."""
+    nans = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0x7FFFFFFF], np.uint32).view(np.float32)
+    got = round_to_bf16(nans).view(np.uint32)
+    assert got.tolist() == [0x7FC00000, 0xFFC00000, 0x7FC00000, 0x7FC00000]
+
+
 def test_seed_for_is_stable_and_name_dependent():
     assert seed_for(0, "w") == seed_for(0, "w") != seed_for(0, "v") != seed_for(1, "v")
     # CRC-32 of the name, not Python's hash (salted per process).

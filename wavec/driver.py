@@ -212,10 +212,23 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
     else:
         spec = with_schedule_target(pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw}), hw)
         check_pipeline_agrees(spec, sessions, hw, int(target["sm_count"]))
+    check_bf16_weights(graph.module, graph.weights)
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)
         check_complete(graph.module, spec)
         return finish_profile(graph.module, graph.weights, graph.name, target, graph.bindings)
+
+
+def check_bf16_weights(module, weights: dict) -> None:
+    """Raises WavecError for a ``wave.weight {dtype = "bf16"}`` whose blob value holds a number bfloat16 cannot:
+    the tensor-core GEMMs would read its bits unsplit (the MATMUL's b_tf32) and drop its low 13."""
+    from wavec.dialects import wave
+    from wavec.weights import holds_bf16
+
+    for op in module.walk():
+        if isinstance(op, wave.WeightOp) and op.is_bf16 and op.sym in weights and not holds_bf16(weights[op.sym]):
+            raise WavecError(f"wave.weight {op.sym!r} is declared bf16, but its values are not all bfloat16 numbers; "
+                             "round them (wavec.weights.round_to_bf16) or drop its dtype")
 
 
 @contextlib.contextmanager

@@ -37,10 +37,12 @@ def _lowbias32(x: np.ndarray) -> np.ndarray:
 
 
 def round_to_bf16(values: np.ndarray) -> np.ndarray:
-    """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32. NaN stays NaN."""
+    """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32. A NaN becomes the
+    quiet NaN of its sign (0x7FC00000): a bf16 number too, so a MATMUL may pass its bits to the tensor cores
+    unsplit (b_tf32), where a payload in the low bits alone would read as infinity."""
     bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    rounded = np.where(np.isnan(values), bits, rounded)
+    rounded = np.where(np.isnan(values), (bits & np.uint32(0x80000000)) | np.uint32(0x7FC00000), rounded)
     return rounded.astype(np.uint32).view(np.float32)
 
 
@@ -128,6 +130,15 @@ class ConstantWeight(_Generated):
 
     def flat_values(self, start: int, stop: int) -> np.ndarray:
         return np.full(stop - start, np.float32(self.value), np.float32)
+
+
+def holds_bf16(value) -> bool:
+    """Whether every value of a weight blob entry (an array, a RandomWeight or a ConstantWeight) is a
+    bfloat16 number: a float32 whose low 16 bits are zero."""
+    if isinstance(value, RandomWeight):
+        return value.precision == "bf16"
+    values = np.float32(value.value) if isinstance(value, ConstantWeight) else value
+    return not (np.ascontiguousarray(values, np.float32).view(np.uint32) & np.uint32(0xFFFF)).any()
 
 
 GeneratedWeight = RandomWeight | ConstantWeight
