@@ -405,7 +405,8 @@ class BuilderPeerBackend:
         return True
 
     def collect(self, names=None) -> dict[str, np.ndarray]:
-        """Views of the pinned host outputs, valid until the next publish (as wavec's CudaBackend.collect)."""
+        """Views of the pinned host outputs, valid until the next publish: this backend takes no beat ahead
+        (``ahead`` 0), so the server stores them before it publishes again."""
         return {n: self.out_host[n].numpy() for n in (names or self.names)}
 
     def close(self) -> None:

@@ -133,7 +133,8 @@ class TorchPeerBackend:
 
     def collect(self, names=None) -> dict[str, np.ndarray]:
         """The speech probability only (``names`` None or ["output"]): the LSTM state stays on the GPU. A view of
-        the pinned host output, valid until the next publish (as wavec's CudaBackend.collect)."""
+        the pinned host output, valid until the next publish: the server stores it before publishing again (no
+        beat is taken ahead)."""
         return {"output": self.out_host.numpy()}
 
     def close(self) -> None:

@@ -391,8 +391,8 @@ class CudaBackend:
         return self.session.ready()
 
     def collect(self, names=None) -> dict[str, np.ndarray]:
-        """Views of the pinned buffer the outputs came back to, valid until the next collect (the server copies
-        them into its records at once)."""
+        """Views of the pinned buffer the outputs came back to, valid until the next collect (the server stores
+        them after publishing the next beat, before collecting it)."""
         return self.session.collect(names, copy=False)
 
     @property
