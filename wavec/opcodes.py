@@ -449,8 +449,8 @@ class MatmulParams:
     def pack(self) -> np.ndarray:
         r = len(self.shape)
         return np.array(
-            [int(Opcode.MATMUL), r, *self.shape, self.k, int(self.b_tf32), *self.out_strides, *self.a_strides, *self.b_strides,
-             *self.prologue.pack(), *self.epilogue.pack()],
+            [int(Opcode.MATMUL), r, *self.shape, self.k, int(self.b_tf32), *self.out_strides, *self.a_strides,
+             *self.b_strides, *self.prologue.pack(), *self.epilogue.pack()],
             np.int64,
         )
 
