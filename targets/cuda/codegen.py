@@ -813,6 +813,26 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// d += a b over one m16n8k8 step in 3xTF32, a given as its split (a_big + a_small) and b as the fragment's two
+// values: split too, or with kBTf32 (b's values are TF32 numbers: a MATMUL's b_tf32) used as they are, and
+// a_big x b_small, zero for them, skipped. The small terms first: they are added before the large one rounds.
+template <bool kBTf32>
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big)[4], const unsigned (&a_small)[4],
+                                           float b0, float b1) {
+  if constexpr (kBTf32) {
+    const unsigned b[2] = {__float_as_uint(b0), __float_as_uint(b1)};
+    mma_tf32(d, a_small, b);
+    mma_tf32(d, a_big, b);
+  } else {
+    unsigned b_big[2], b_small[2];
+    tf32_split(b0, b_big[0], b_small[0]);
+    tf32_split(b1, b_big[1], b_small[1]);
+    mma_tf32(d, a_small, b_big);
+    mma_tf32(d, a_big, b_small);
+    mma_tf32(d, a_big, b_big);
+  }
+}
+
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's staging,
 // A[kTgM][kTgLd] then B[kTgN][kTgLd], or the streaming GEMM's (kSvSmemFloats).
 constexpr int kSvRows = 8;  // streaming GEMM: rows of A a pass keeps accumulators for
@@ -823,8 +843,8 @@ __device__ __forceinline__ float* gemm_smem() {
   return smem;
 }
 
-// The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..). kBTf32: B's
-// values are TF32 numbers (a MATMUL's b_tf32), used as they are: two products a step, not three.
+// The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..); kBTf32 as
+// mma_3xtf32's.
 template <bool kBTf32>
 __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const float (*Bs)[kTgLd], unsigned wm,
                                             unsigned wn, float (&acc)[2][4]) {
@@ -837,21 +857,8 @@ __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const floa
     tf32_split(As[wm + g][k8 + q + 4], a_big[2], a_small[2]);
     tf32_split(As[wm + g + 8][k8 + q + 4], a_big[3], a_small[3]);
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      if constexpr (kBTf32) {
-        const unsigned b_bits[2] = {__float_as_uint(Bs[wn + nt * 8 + g][k8 + q]),
-                                    __float_as_uint(Bs[wn + nt * 8 + g][k8 + q + 4])};
-        mma_tf32(acc[nt], a_small, b_bits);
-        mma_tf32(acc[nt], a_big, b_bits);
-      } else {
-        unsigned b_big[2], b_small[2];
-        tf32_split(Bs[wn + nt * 8 + g][k8 + q], b_big[0], b_small[0]);
-        tf32_split(Bs[wn + nt * 8 + g][k8 + q + 4], b_big[1], b_small[1]);
-        mma_tf32(acc[nt], a_small, b_big);  // the small terms first: they are added before the large one rounds
-        mma_tf32(acc[nt], a_big, b_small);
-        mma_tf32(acc[nt], a_big, b_big);
-      }
-    }
+    for (int nt = 0; nt < 2; ++nt)
+      mma_3xtf32<kBTf32>(acc[nt], a_big, a_small, Bs[wn + nt * 8 + g][k8 + q], Bs[wn + nt * 8 + g][k8 + q + 4]);
   }
 }
 
@@ -1259,9 +1266,8 @@ struct MmaStep {
   float4 b[2];    // [k 2q, 2q + 1]
 };
 
-// kBTf32: b's values are TF32 numbers (tile.b_tf32), so their bits are the b fragments as they are, with no
-// split and no a_big x b_small product: 2 products a step for each n8 tile, not 3, and no instructions for
-// the split of b (bf16 weights: every value of duplex:1b's).
+// kBTf32: b's values are TF32 numbers (tile.b_tf32; bf16 weights: every value of duplex:1b's), so each n8
+// tile takes 2 products a step, not 3, and b is not split (mma_3xtf32).
 template <bool kBTf32>
 __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
   const MmaStreamLayout L(tile.n_cols, tile.M);
@@ -1314,18 +1320,7 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
             float part[4] = {};
-            if constexpr (kBTf32) {
-              const unsigned b_bits[2] = {__float_as_uint(b0[nt]), __float_as_uint(b1[nt])};
-              mma_tf32(part, a_small, b_bits);
-              mma_tf32(part, a_big, b_bits);
-            } else {
-              unsigned b_big[2], b_small[2];
-              tf32_split(b0[nt], b_big[0], b_small[0]);
-              tf32_split(b1[nt], b_big[1], b_small[1]);
-              mma_tf32(part, a_small, b_big);
-              mma_tf32(part, a_big, b_small);
-              mma_tf32(part, a_big, b_big);
-            }
+            mma_3xtf32<kBTf32>(part, a_big, a_small, b0[nt], b1[nt]);
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[nt][c] += part[c];
           }
