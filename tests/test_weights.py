@@ -17,7 +17,8 @@ from wavec.errors import ProfileError
 from wavec.frontends.onnx import import_onnx
 from wavec.profile import load
 from wavec.targets.cuda import codegen, runtime
-from wavec.weights import ConstantWeight, RandomWeight, from_spec, read_arena, round_to_bf16, seed_for
+from wavec.weights import (ConstantWeight, RandomWeight, from_spec, holds_bf16, read_arena, round_to_bf16,
+                           seed_for)
 
 SESSIONS, BEATS = 3, 4
 
@@ -61,6 +62,14 @@ def test_bf16_rounding_makes_nan_a_bf16_number():
     nans = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0x7FFFFFFF], np.uint32).view(np.float32)
     got = round_to_bf16(nans).view(np.uint32)
     assert got.tolist() == [0x7FC00000, 0xFFC00000, 0x7FC00000, 0x7FC00000]
+
+
+def test_holds_bf16_reads_arrays_and_generated_specs():
+    """What compile_graph checks a wave.weight {dtype = "bf16"} against: every value a bfloat16 number."""
+    assert holds_bf16(round_to_bf16(np.linspace(-3, 3, 50, dtype=np.float32)))
+    assert not holds_bf16(np.array([1.0, 0.1], np.float32))
+    assert holds_bf16(RandomWeight((4,), 1, 1.0, "bf16")) and not holds_bf16(RandomWeight((4,), 1, 1.0))
+    assert holds_bf16(ConstantWeight((4,), 0.5)) and not holds_bf16(ConstantWeight((4,), 0.1))
 
 
 def test_seed_for_is_stable_and_name_dependent():
