@@ -33,20 +33,56 @@ def _torch():
 _DEVICE_TENSORS: dict = {}  # (model, device) -> weights, initial states, constants: made once per process
 
 
+_GENERATE_CHUNK = 1 << 24  # elements a generation step makes: bounds its int64 temporaries to 128 MB
+
+
+def _lowbias32(torch, x):
+    """wavec.weights' 32-bit hash on int64 tensors of values below 2**32 (the products wrap modulo 2**64
+    and are masked to their low 32 bits, the uint32 products' bits)."""
+    mask = 0xFFFFFFFF
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & mask
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & mask
+    return x ^ (x >> 16)
+
+
+def random_weight(torch, spec, device: str):
+    """A wavec.weights.RandomWeight made on ``device`` by its own counter-based generator: the bits
+    ``spec.materialize()`` gives (tests/test_builder_peers.py), without drawing 11e9 values in numpy and
+    copying 44 GB over PCIe for duplex:11b."""
+    key = int(_lowbias32(torch, torch.tensor([spec.seed], dtype=torch.int64))[0])
+    scale = float(np.float32(spec.scale))
+    out = torch.empty(spec.size, dtype=torch.float32, device=device)
+    for at in range(0, spec.size, _GENERATE_CHUNK):
+        index = torch.arange(at, min(at + _GENERATE_CHUNK, spec.size), dtype=torch.int64, device=device)
+        u = (_lowbias32(torch, index ^ key) >> 8).to(torch.float32) * 2.0**-23 - 1.0  # exact in float32
+        out[at : at + len(index)] = u * scale
+    if spec.precision == "bf16":  # round to nearest even (no NaN among these values)
+        out = out.to(torch.bfloat16).to(torch.float32)
+    return out.view(spec.shape)
+
+
 def _device_tensors(model, device: str):
     """The model's weights and initial states (float32, as the compiler materializes them: random specs
-    drawn, bf16 ones rounded) and its constants, on ``device``; materialized once per model and device,
-    since a 1e9-parameter model takes seconds and gigabytes each time."""
+    drawn, on the device (`random_weight`), bf16 ones rounded) and its constants, on ``device``; made once
+    per model and device, since a 1e9-parameter model takes gigabytes each time."""
     from wavec.frontends.builder import init as winit
+    from wavec.weights import RandomWeight
 
     key = (id(model), device)
     if key not in _DEVICE_TENSORS:
         torch = _torch()
-        as_t = lambda a: torch.as_tensor(np.asarray(a, np.float32), device=device)  # noqa: E731
+
+        def as_t(value):
+            if isinstance(value, RandomWeight):
+                return random_weight(torch, value, device)
+            return torch.as_tensor(np.asarray(winit.materialize(value), np.float32), device=device)
+
         _DEVICE_TENSORS[key] = (
             model,  # held so its id is not reused
-            {n: as_t(winit.materialize(d.value)) for n, d in model.weights.items()},
-            {n: as_t(winit.materialize(d.value)) for n, d in model.states.items()},
+            {n: as_t(d.value) for n, d in model.weights.items()},
+            {n: as_t(d.value) for n, d in model.states.items()},
             {node.id: as_t(node.attrs["value"]) for node in model.nodes if node.kind == "const"},
         )
     return _DEVICE_TENSORS[key][1:]
@@ -410,4 +446,9 @@ class BuilderPeerBackend:
         return {n: self.out_host[n].numpy() for n in (names or self.names)}
 
     def close(self) -> None:
-        pass
+        """Drops the cohort's tensors and graph and hands torch's cached blocks back to the driver, so the
+        next system of a density run (wavec: 60 GB for duplex:11b at 16 sessions) can allocate them; the
+        shared weights stay (`_device_tensors`)."""
+        self.step = self.graph = self.out = None
+        if self.torch.cuda.is_available():
+            self.torch.cuda.empty_cache()

@@ -3,6 +3,7 @@
 
     python3 scripts/device_profiles.py [--out .device] [--sessions 1 64 1024] [--barrier-sessions 1 64 1024]
                                        [--zoo-sessions 8] [--threads T ...] [--only-threads] [--duplex-sessions N ...]
+                                       [--duplex-preset 1b|11b]
 
 Writes, under --out:
 - ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
@@ -10,8 +11,8 @@ Writes, under --out:
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
 - ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
-- ``duplex1b-N``: with ``--duplex-sessions N ...``, duplex:1b for N sessions (bench/density.py runs it against
-  bench/builder_peers.py);
+- ``duplexP-N``: with ``--duplex-sessions N ...``, duplex:P for N sessions, P the --duplex-preset (default 1b;
+  bench/density.py runs it against bench/builder_peers.py);
 - ``vad-N-tT``: with ``--threads T ...``, Silero VAD for N sessions with T threads per persistent block
   (the H200 target with ``threads_per_block: T``; the default profiles use the target's own).
 Also copies the Silero ONNX and TorchScript files there (the GPU machine reaches no registry; set WAVEC_CACHE to
@@ -87,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-tile-flops", type=int, nargs="*", default=[],
                     help="wave-to-wpk min-tile-flops values to build vad-N-fF for")
     ap.add_argument("--duplex-sessions", type=int, nargs="*", default=[],
-                    help="cohort sizes to build duplex1b-N for (duplex:1b, weights generated on the device; "
+                    help="cohort sizes to build duplexP-N for (duplex:P, weights generated on the device; duplex:1b at "
                          "64 sessions: 23 s, 2.1 GB peak here, 39 MB of payloads)")
+    ap.add_argument("--duplex-preset", choices=("1b", "11b"), default="1b",
+                    help="the duplex preset --duplex-sessions builds (default 1b)")
     args = ap.parse_args(argv)
     from wavec.driver import compile_graph
     from wavec.models import silero_vad_jit_path, silero_vad_path
@@ -109,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         from wavec import zoo
         from wavec.frontends.builder.lower import lower_model
 
-        jobs += [(f"duplex1b-{n}", lambda n=n: compile_graph(lower_model(zoo.get("duplex:1b")), sessions=n))
+        preset = args.duplex_preset
+        jobs += [(f"duplex{preset}-{n}", lambda n=n: compile_graph(lower_model(zoo.get(f"duplex:{preset}")), sessions=n))
                  for n in args.duplex_sessions]
     if not args.only_threads:
         jobs += default_jobs(args.sessions, args.barrier_sessions, args.zoo_sessions)
