@@ -11,7 +11,9 @@ both, 2026-11). Prints per profile: seconds, the cubin, and ptxas' registers and
 first rewrites each profile's kernel.cu from this checkout's codegen (its profile.json unchanged), so profiles
 compiled before a kernel change run the changed kernel without recompiling their model; it assumes the payload
 format (wavec.payload, wavec.opcodes) did not change, and needs apache-tvm when the profile has generated EWISE
-bodies.
+bodies. A kernel.cu of an older protocol (codegen.PROTOCOL) is regenerated so, --regenerate or not: the GPU
+machine would otherwise regenerate it itself, without apache-tvm, so without its generated bodies, and build
+a kernel this cache does not hold (the twelfth run lost a device call to it).
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ def build(directory: Path, constants: list[str] = (), regenerate: bool = False) 
 
     from wavec.profile import load
     from wavec.targets.cuda import build as nvcc
-    from wavec.targets.cuda.codegen import generate_kernel
+    from wavec.targets.cuda.codegen import PROTOCOL_MARKER, generate_kernel
 
     t0 = time.perf_counter()
     profile = load(directory)
-    if regenerate:
+    stale = PROTOCOL_MARKER not in (profile.kernel_source or "")
+    if regenerate or stale:
         source = generate_kernel(profile.meta)
         lost = "apache-tvm was not importable"
         if lost in source and lost not in profile.kernel_source:
@@ -50,7 +53,9 @@ def build(directory: Path, constants: list[str] = (), regenerate: bool = False) 
     spills = re.findall(r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
                         r"(\d+) bytes spill loads", nvcc.build_report(cubin))
     report = ", ".join(f"{name} {stores}/{loads}" for name, stores, loads in spills if stores != "0" or loads != "0")
-    return f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}; spill bytes (stores/loads): {report or 'none'}"
+    note = " (kernel.cu regenerated: it spoke an older protocol)" if stale and not regenerate else ""
+    return (f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}{note}; spill bytes (stores/loads): "
+            f"{report or 'none'}")
 
 
 def main(argv: list[str] | None = None) -> int:

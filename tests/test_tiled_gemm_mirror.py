@@ -1,10 +1,12 @@
 """The tiled GEMM's index arithmetic (targets/cuda/codegen.py: tiled_gemm with ConvTileOps and MatmulTileOps,
-on unless kTiledGemm is false), mirrored in numpy thread by thread: where each thread stages its values of a
-chunk, what each operand gathers there, how the mma.sync m16n8k8 fragments read the staging (the PTX ISA's
-layouts for .tf32), and where each accumulator is stored. The mirror sums in float64, so against the float64
-reference (ONNX Conv, tests/test_interp.conv_ref; a numpy matmul) it agrees to rounding (1e-9 relative): a
-mismatch is an index error in the arithmetic the CUDA body copies. The GPU check (scripts/gpu_check.py
---builtin, tests/test_cuda.py on a GPU) is what proves the body itself, 3xTF32 rounding included."""
+on unless kTiledGemm is false), mirrored in numpy thread by thread: how the block's copies walk each chunk
+(TgWalk, one float or four a copy), where they land in a stage (tg_b_offset's two layouts of B), what each
+copy reads and how much of it lies inside the operand (CopySource, floats_inside), how the mma.sync m16n8k8
+fragments read the stage (the PTX ISA's layouts for .tf32), and where each accumulator is stored. The mirror
+sums in float64, so against the float64 reference (ONNX Conv, tests/test_interp.conv_ref; a numpy matmul) it
+agrees to rounding (1e-9 relative): a mismatch is an index error in the arithmetic the CUDA body copies. The
+GPU check (scripts/gpu_check.py --builtin, tests/test_cuda.py on a GPU) is what proves the body itself,
+cp.async and 3xTF32 rounding included."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from test_interp import conv_ref
+from wavec.targets.cuda.codegen import TILED_GEMM_STAGES, gemm_smem_bytes
 
 TG_M = 64  # kTgM
 
@@ -22,43 +25,87 @@ def tg_k(threads: int) -> int:
 
 
 def gemm_smem_floats(threads: int) -> int:
-    """kGemmSmemFloats: the larger of the tiled GEMM's staging (when the block tiles it) and the streaming
-    GEMM's, threads x kSvRows (8)."""
-    k_chunk = tg_k(threads)
-    tiled = (TG_M + 16 * (threads // 32 // 4)) * (k_chunk + 4)
-    fits = threads % 128 == 0 and threads <= 1024 and TG_M * k_chunk % threads == 0
-    return max(tiled, threads * 8) if fits else threads * 8
+    """kGemmSmemFloats, as the runtime launches the kernel with it (the kernel asserts the same number)."""
+    return gemm_smem_bytes(threads) // 4
+
+
+class Walk:
+    """TgWalk<W, rows, length>: copy i of thread t at (row t // (length / W) + i * row_step, col
+    (t % (length / W)) * W); ``covers``: the copies tile the chunk exactly (TgWalk::kCovers)."""
+
+    def __init__(self, threads: int, w: int, rows: int, length: int):
+        self.w, self.per_row = w, length // w
+        self.row_step = threads // self.per_row if self.per_row else 0
+        self.copies = rows * self.per_row // threads
+        self.covers = (self.per_row >= 1 and length % w == 0 and threads % self.per_row == 0 and self.copies >= 1
+                       and self.copies * threads == rows * self.per_row)
+        if not self.covers:
+            return
+        tid = np.arange(threads)
+        self.row = tid[:, None] // self.per_row + np.arange(max(self.copies, 1))[None, :] * self.row_step  # [thread, i]
+        self.col = np.broadcast_to((tid % self.per_row * w)[:, None], self.row.shape)
 
 
 class Geometry:
-    """kTgWarps, kTgK, kTgN, kTgRowStep, kTgLoadsA, kTgLoadsB and the staging positions of a block of ``threads`` threads."""
+    """The block's tiling at ``threads`` threads and ``w`` floats a copy: kTgK, kTgN, the stage's layout
+    (kTgLd, kTgLdN, kTgStageFloats) and the three walks (A; B k-contiguous; B n-contiguous)."""
 
-    def __init__(self, threads: int):
-        self.threads, self.warps, self.k_chunk = threads, threads // 32, tg_k(threads)
+    def __init__(self, threads: int, w: int = 1):
+        self.threads, self.w, self.warps, self.k_chunk = threads, w, threads // 32, tg_k(threads)
         self.n = 16 * (self.warps // 4)
-        self.row_step = threads // self.k_chunk
-        self.loads_a = TG_M * self.k_chunk // threads
-        self.loads_b = self.n * self.k_chunk // threads
-        tid = np.arange(threads)
-        self.a_row = tid[:, None] // self.k_chunk + np.arange(self.loads_a)[None, :] * self.row_step  # tg_a_row(i)
-        self.k = tid % self.k_chunk  # tg_k()
+        self.ld, self.ld_n = self.k_chunk + 4, self.n + 8
+        self.b_floats = max(self.n * self.ld, self.k_chunk * self.ld_n)
+        self.stage_floats = TG_M * self.ld + self.b_floats
+        self.walk_a = Walk(threads, w, TG_M, self.k_chunk)
+        self.walk_b = {True: Walk(threads, w, self.n, self.k_chunk), False: Walk(threads, w, self.k_chunk, self.n)}
 
-    def b_pos(self, along_k: bool) -> tuple[np.ndarray, np.ndarray]:
-        """(column, k) of each thread's B values: tg_b_col / tg_b_k."""
-        tid, i = np.arange(self.threads)[:, None], np.arange(self.loads_b)[None, :]
-        if along_k:
-            return tid // self.k_chunk + i * self.row_step, np.broadcast_to(tid % self.k_chunk, (self.threads, self.loads_b))
-        return np.broadcast_to(tid % self.n, (self.threads, self.loads_b)), tid // self.n + i * (self.k_chunk // self.loads_b)
+    def b_offset(self, along_k: bool, n, k):
+        """tg_b_offset: B (n, k) in its part of the stage."""
+        return n * self.ld + k if along_k else k * self.ld_n + n
+
+    def fits(self) -> bool:
+        """kTgFits (w = 1) or kTgVec (w = 4, with kTgFits)."""
+        walks = (self.walk_a, self.walk_b[True], self.walk_b[False])
+        return (self.threads % 128 == 0 and self.threads <= 1024 and all(wk.covers for wk in walks)
+                and (self.w == 1 or Geometry(self.threads).fits()))
 
 
-def staged(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """The staging buffer the threads' stores fill; every slot written exactly once."""
-    buf = np.full(shape, np.nan)
-    hits = np.zeros(shape, int)
-    np.add.at(hits, (rows.ravel(), cols.ravel()), 1)
-    assert (hits == 1).all(), "the staging stores do not cover the chunk exactly once"
-    buf[rows.ravel(), cols.ravel()] = values.ravel()
-    return buf
+def floats_inside(at, length: int, w: int):
+    """floats_inside<W>: of a W-float piece at ``at`` of a row of ``length``, the floats inside it."""
+    return np.clip(length - np.asarray(at), 0, w)
+
+
+def stage_chunk(geo: Geometry, ops, m0: int, n0: int, k0: int):
+    """The stage's A [kTgM, kTgK] and B [kTgN, kTgK] (logical (row, k) and (n, k)) after every thread's copies,
+    checking that each copy lands inside the stage, 16-byte aligned when it moves 4 floats, and that every
+    slot is written exactly once."""
+    stage = np.full(geo.stage_floats, np.nan)
+    hits = np.zeros(geo.stage_floats, int)
+
+    def land(offsets, sources):
+        at, floats, operand = sources
+        for j in range(geo.w):
+            dst = offsets + j
+            assert (dst >= 0).all() and (dst < geo.stage_floats).all()
+            np.add.at(hits, dst.ravel(), 1)
+            inside = j < floats
+            stage[dst[inside]] = operand[at[inside] + j]
+            stage[dst[~inside]] = 0.0
+        if geo.w == 4:
+            assert (offsets % 4 == 0).all(), "a 16-byte copy lands unaligned"
+
+    wa, wb = geo.walk_a, geo.walk_b[ops.along_k]
+    land(wa.row * geo.ld + wa.col, ops.a_sources(geo, m0, k0))
+    b_base = TG_M * geo.ld
+    b_off = wb.row * (geo.ld if ops.along_k else geo.ld_n) + wb.col
+    assert (b_off + geo.w <= geo.b_floats).all()
+    land(b_base + b_off, ops.b_sources(geo, n0, k0))
+    a_slots = (np.arange(TG_M)[:, None] * geo.ld + np.arange(geo.k_chunk)[None, :])
+    n_idx, k_idx = np.meshgrid(np.arange(geo.n), np.arange(geo.k_chunk), indexing="ij")
+    b_slots = b_base + geo.b_offset(ops.along_k, n_idx, k_idx)
+    assert (hits[a_slots] == 1).all() and (hits[b_slots] == 1).all(), "the copies do not cover the chunk exactly once"
+    assert hits.sum() == a_slots.size + b_slots.size, "a copy lands outside the chunk's slots"
+    return stage[a_slots], stage[b_slots]
 
 
 # Where tg_products reads each fragment register from the staging, as (row, k) offsets from (g, q) for A
@@ -92,16 +139,13 @@ def warp_products(As: np.ndarray, Bs: np.ndarray, wm: int, wn: int, acc: np.ndar
 
 def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     """tiled_gemm: every block of outputs, chunk by chunk, then each lane's stores."""
-    b_col, b_k = geo.b_pos(ops.along_k)
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     for m0 in range(0, M, TG_M):
         for n0 in range(0, N, geo.n):
             acc = np.zeros((geo.warps, 32, 2, 4))
             for k0 in range(0, K, geo.k_chunk):
-                a_vals, b_vals = ops.load(geo, m0, n0, k0, b_col, b_k)
-                As = staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape), a_vals, (TG_M, geo.k_chunk))
-                Bs = staged(b_col, b_k, b_vals, (geo.n, geo.k_chunk))
+                As, Bs = stage_chunk(geo, ops, m0, n0, k0)
                 for w in range(geo.warps):
                     warp_products(As, Bs, w % 4 * 16, w // 4 * 16, acc[w])
             for w in range(geo.warps):
@@ -128,18 +172,19 @@ class ConvOps:
         self.stride, self.pad, self.dil, self.s0, self.u0 = stride, pad, dil, s0, u0
         self.M, self.U = (s1 - s0) * self.T, u1 - u0
 
-    def load(self, geo, m0, n0, k0, b_col, b_k):
-        m = m0 + geo.a_row
-        k = np.broadcast_to((k0 + geo.k)[:, None], m.shape)
+    def a_sources(self, geo, m0, k0):
+        """(flat index into x, floats inside, x) of every thread's A copies: a_source."""
+        wa = geo.walk_a
+        m, k = m0 + wa.row, k0 + wa.col
         pos = (m % self.T) * self.stride - self.pad + (k % self.KW) * self.dil
-        ok = (m < self.M) & (k < self.K) & (pos >= 0) & (pos < self.L)
-        a = np.zeros(m.shape)
-        a[ok] = self.x[self.s0 + m[ok] // self.T, (k[ok] // self.KW) * self.L + pos[ok]]
-        n, kb = n0 + b_col, k0 + b_k
-        okb = (n < self.U) & (kb < self.K)
-        b = np.zeros(n.shape)
-        b[okb] = self.w[n[okb] * self.K + kb[okb]]
-        return a, b
+        valid = (m < self.M) & (k < self.K) & (pos >= 0) & (pos < self.L)
+        row = (self.s0 + np.where(m < self.M, m // self.T, 0)) * self.x.shape[1]
+        return row + np.where(valid, (k // self.KW) * self.L + pos, 0), valid.astype(int), self.x.reshape(-1)
+
+    def b_sources(self, geo, n0, k0):
+        wb = geo.walk_b[True]
+        n, k = n0 + wb.row, k0 + wb.col
+        return n * self.K + k, ((n < self.U) & (k < self.K)).astype(int), self.w
 
     def store(self, m, n, acc):
         s, t, o = self.s0 + m // self.T, m % self.T, self.u0 + n
@@ -148,53 +193,100 @@ class ConvOps:
 
 class MatmulOps:
     """MatmulTileOps for out[s, r, n] = sum_k a[s, r, k] b[k, n] over rows row0.. and columns col0..col1 of
-    each session s0..s1; b stored [k, n] (read along n) or, with ``nk``, [n, k] (along k)."""
+    each session s0..s1. a's rows lie ``lda`` floats apart; b is stored [k, n] (read along n) or, with
+    ``nk``, [n, k] (along k), its rows ``ldb`` apart."""
 
-    def __init__(self, a, b, nk, s0, s1, row0, rows, col0, col1, out):
-        self.a, self.out, self.K, self.N = a, out, a.shape[2], out.shape[2]
-        self.bk, self.bn = (1, self.K) if nk else (self.N, 1)
-        self.b = (np.ascontiguousarray(b.T) if nk else b).reshape(-1)[col0 * self.bn:]
-        self.along_k = self.bk == 1
+    def __init__(self, a, b, nk, s0, s1, row0, rows, col0, col1, out, lda=None, ldb=None):
+        sessions, n_rows, self.K = a.shape
+        self.N = out.shape[2]
+        self.lda = lda or self.K
+        self.a = np.full((sessions, n_rows, self.lda), np.nan)  # a copy reading the padding spoils the sum
+        self.a[:, :, :self.K] = a
+        self.a = self.a.reshape(-1)
+        stored = np.ascontiguousarray(b.T) if nk else b
+        ldb = ldb or stored.shape[1]
+        self.b = np.full((stored.shape[0], ldb), np.nan)
+        self.b[:, :stored.shape[1]] = stored
+        self.bk, self.bn = (1, ldb) if nk else (ldb, 1)
+        self.pb = col0 * self.bn  # b at (k = 0, the tile's first column)
+        self.b = self.b.reshape(-1)
+        self.along_k, self.out, self.n_rows = nk, out, n_rows
         self.s0, self.row0, self.rows, self.col0 = s0, row0, rows, col0
         self.M, self.cols = (s1 - s0) * rows, col1 - col0
 
-    def load(self, geo, m0, n0, k0, b_col, b_k):
-        m = m0 + geo.a_row
-        k = np.broadcast_to((k0 + geo.k)[:, None], m.shape)
-        ok = (m < self.M) & (k < self.K)
-        a = np.zeros(m.shape)
-        a[ok] = self.a[self.s0 + m[ok] // self.rows, self.row0 + m[ok] % self.rows, k[ok]]
-        n, kb = n0 + b_col, k0 + b_k
-        okb = (n < self.cols) & (kb < self.K)
-        b = np.zeros(n.shape)
-        b[okb] = self.b[kb[okb] * self.bk + n[okb] * self.bn]
-        return a, b
+    def vectorizes(self) -> bool:
+        """tile_copies_vectorize (a is k-contiguous here, and the arrays 16-byte aligned)."""
+        b_ok = self.bn % 4 == 0 if self.bk == 1 else self.bn == 1 and self.bk % 4 == 0
+        return b_ok and self.pb % 4 == 0 and self.lda % 4 == 0
+
+    def a_sources(self, geo, m0, k0):
+        wa = geo.walk_a
+        m, k = m0 + wa.row, k0 + wa.col
+        mm = np.where(m < self.M, m, 0)
+        row = ((self.s0 + mm // self.rows) * self.n_rows + self.row0 + mm % self.rows) * self.lda
+        return row + k, np.where(m < self.M, floats_inside(k, self.K, geo.w), 0), self.a
+
+    def b_sources(self, geo, n0, k0):
+        """b_source: copy i at copy 0's address plus i row steps."""
+        wb = geo.walk_b[self.along_k]
+        step = np.arange(wb.copies)[None, :] * wb.row_step
+        row0, col = wb.row[:, :1], wb.col
+        n_first = n0 + (row0 if self.along_k else col)
+        k_first = k0 + (col if self.along_k else row0)
+        first = self.pb + k_first * self.bk + n_first * self.bn
+        if self.along_k:
+            return (first + step * self.bn, np.where(n_first + step < self.cols, floats_inside(k_first, self.K, geo.w), 0),
+                    self.b)
+        return first + step * self.bk, np.where(k_first + step < self.K, floats_inside(n_first, self.cols, geo.w), 0), self.b
 
     def store(self, m, n, acc):
         self.out[self.s0 + m // self.rows, self.row0 + m % self.rows, self.col0 + n] = acc
 
 
-def tg_fits(threads: int) -> bool:
-    """kTgFits: the block sizes the tiled GEMM runs at."""
-    return threads % 128 == 0 and threads <= 1024 and (TG_M * tg_k(threads)) % threads == 0
-
-
+@pytest.mark.parametrize("w", [1, 4])
 @pytest.mark.parametrize("threads", range(32, 1025, 32))
-def test_the_staging_covers_each_chunk_once_at_every_block_size_it_runs_at(threads):
-    """Every size kTgFits admits stages each chunk exactly once; the multiples of 128 it refuses (384 threads,
-    say) would skip rows of A, and take the lane-group bodies."""
-    geo = Geometry(threads)
-    stage_a = lambda: staged(geo.a_row, np.broadcast_to(geo.k[:, None], geo.a_row.shape),  # noqa: E731
-                             np.zeros(geo.a_row.shape), (TG_M, geo.k_chunk))
-    if not tg_fits(threads):
-        if threads % 128 == 0:
-            with pytest.raises(AssertionError, match="exactly once"):
-                stage_a()
+def test_the_walks_cover_each_chunk_once_at_every_block_size_they_run_at(threads, w):
+    """Every block size kTgFits (one float a copy) or kTgVec (four) admits copies each chunk of A and of B,
+    either way B lies, exactly once; 128, 256 and 512 threads take both, 1,024 only single floats (two
+    threads a 16-byte copy of A would leave half of them idle), and the other sizes neither."""
+    geo = Geometry(threads, w)
+    assert geo.fits() == (threads in ((128, 256, 512, 1024) if w == 1 else (128, 256, 512)))
+    if not geo.fits():
         return
-    stage_a()
-    for along_k in (True, False):
-        col, k = geo.b_pos(along_k)
-        staged(col, k, np.zeros(col.shape), (geo.n, geo.k_chunk))
+    for walk, rows, length in ((geo.walk_a, TG_M, geo.k_chunk), (geo.walk_b[True], geo.n, geo.k_chunk),
+                               (geo.walk_b[False], geo.k_chunk, geo.n)):
+        hits = np.zeros((rows, length), int)
+        for j in range(w):
+            np.add.at(hits, (walk.row.ravel(), walk.col.ravel() + j), 1)
+        assert (hits == 1).all()
+
+
+@pytest.mark.parametrize("threads", [512, 256])
+def test_the_fragment_reads_hit_32_distinct_banks(threads):
+    """tg_products' reads of A and of B in both layouts: each register's read by the warp's 32 lanes hits
+    every bank once, for every warp and k8 step (the pitches kTgLd and kTgLdN are chosen for it)."""
+    geo = Geometry(threads)
+    lane = np.arange(32)
+    g, q = lane // 4, lane % 4
+    for warp in range(geo.warps):
+        wm, wn = warp % 4 * 16, warp // 4 * 16
+        for k8 in range(0, geo.k_chunk, 8):
+            for dr, dk in CODE_A_READS:
+                assert len(set(((wm + g + dr) * geo.ld + k8 + q + dk) % 32)) == 32
+            for along_k in (True, False):
+                for nt in range(2):
+                    for dk in CODE_B_READS:
+                        assert len(set(geo.b_offset(along_k, wn + nt * 8 + g, k8 + q + dk) % 32)) == 32
+
+
+@pytest.mark.parametrize("threads", [128, 256, 512, 384, 1024])
+def test_the_launch_gives_the_kernel_its_staging(threads):
+    """codegen.gemm_smem_bytes (the launch's dynamic shared memory) against this mirror's stage: the stages
+    where the tiled GEMM runs, else the streaming GEMMs' threads x 8 floats, within the H200's 227 KB."""
+    geo = Geometry(threads)
+    want = max(TILED_GEMM_STAGES * geo.stage_floats, threads * 8) if geo.fits() else threads * 8
+    assert gemm_smem_floats(threads) == want
+    assert 4 * want <= 227 * 1024
 
 
 @pytest.mark.parametrize("c_in, c_out, L, KW, stride, pad, sessions, tiles", [
@@ -217,20 +309,25 @@ def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride,
     np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("w", [1, 4], ids=["1-float", "16-byte"])
 @pytest.mark.parametrize("nk", [False, True], ids=["b-kn", "b-nk"])
 @pytest.mark.parametrize("tiles", [
     [(0, 70, 0, 1, 0, 40), (0, 70, 0, 1, 40, 130)],  # parts of one row (the LSTM's gates), ragged columns
     [(0, 33, 0, 3, 0, 130)],                         # whole rows: M = sessions x rows
 ])
-def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles):
+def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, w):
+    """K = 75 and 130 columns: a 16-byte copy's last piece of a row is partly outside (floats_inside), so the
+    rows are padded to a multiple of 4 floats, as the kernel's alignment check asks."""
     rng = np.random.default_rng(4)
     sessions, rows, K, N = 70, 3, 75, 130
     a = rng.standard_normal((sessions, rows, K))
     b = rng.standard_normal((K, N)) / np.sqrt(K)
     got = np.full((sessions, rows, N), np.nan)
+    pad = {"lda": 76, "ldb": 76 if nk else 132} if w == 4 else {}
     for s0, s1, row0, n_rows, col0, col1 in tiles:
-        ops = MatmulOps(a, b, nk, s0, s1, row0, n_rows, col0, col1, got)
-        tiled_gemm(Geometry(512), ops, ops.M, ops.cols, ops.K)
+        ops = MatmulOps(a, b, nk, s0, s1, row0, n_rows, col0, col1, got, **pad)
+        assert ops.vectorizes() == (w == 4)
+        tiled_gemm(Geometry(512, w), ops, ops.M, ops.cols, ops.K)
     want = a @ b
     for s0, s1, row0, n_rows, col0, col1 in tiles:
         part = np.s_[s0:s1, row0:row0 + n_rows, col0:col1]

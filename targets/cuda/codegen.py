@@ -32,9 +32,10 @@ from string import Template
 from wavec.opcodes import BINARY, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
-PROTOCOL = 6  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
+PROTOCOL = 7  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
 # 4: MATMUL and CONV parameter blocks end with an epilogue (wavec.opcodes.Epilogue); 5: a MATMUL block has a
-# prologue (wavec.opcodes.Prologue) before its epilogue; 6: an EWISE block ends with its generated-body index
+# prologue (wavec.opcodes.Prologue) before its epilogue; 6: an EWISE block ends with its generated-body index;
+# 7: the kernel is launched with gemm_smem_bytes of dynamic shared memory
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 FILL_KERNEL_NAME = "wavec_fill_weights"
@@ -185,6 +186,24 @@ def prefetch_weights(profile_meta: dict) -> bool:
     return l2 > 0 and int(profile_meta.get("arena_bytes", {}).get("weights", 0)) > l2
 
 
+TILED_GEMM_STAGES = 4  # kTgStages: chunks the tiled GEMM stages at once
+
+
+def gemm_smem_bytes(threads: int) -> int:
+    """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks is launched with: the GEMM
+    bodies' buffer (kGemmSmemFloats), the tiled GEMM's TILED_GEMM_STAGES stages (a kTgM x kTgLd A chunk and
+    its B chunk, k-major or n-major) or the streaming GEMMs' threads x 8 floats, the larger. The kernel's
+    static_assert checks this number against its own geometry, so the two cannot drift. 512 threads:
+    4 x 8,960 floats, 143,360 bytes, of the H200's 227 KB a block (CUDA C++ Programming Guide, compute
+    capability 9.0)."""
+    tg_m, tg_k = 64, 64 if threads == 512 else 32
+    tg_n, ld = 16 * (threads // 32 // (tg_m // 16)), tg_k + 4
+    fits = threads % 128 == 0 and threads <= 1024 and tg_m * tg_k % threads == 0
+    stage = tg_m * ld + max(tg_n * ld, tg_k * (tg_n + 8))
+    streaming = threads * 8
+    return 4 * (max(TILED_GEMM_STAGES * stage, streaming) if fits else streaming)
+
+
 MAX_PARAM_WINDOW = 512  # int64 words of a task's parameter block the kernel stages in shared memory (4 KB)
 
 
@@ -220,6 +239,8 @@ def generate_kernel(profile_meta: dict) -> str:
         "param_window": param_window(meta),
         "param_words": int(meta.get("param_words", 0)),
         "gemm_cols": GEMM_COLS,
+        "tg_stages": TILED_GEMM_STAGES,
+        "gemm_smem_floats": gemm_smem_bytes(block_threads(meta)) // 4,
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -761,38 +782,45 @@ __device__ __noinline__ long long strided_offset(unsigned e, int rank, const lon
 // ---- The tiled GEMM (tensor cores) ------------------------------------------------------------------
 // A MATMUL or CONV task whose weight the cohort shares is, over its tile, one GEMM: rows m (a session, and
 // the row or time step inside it), columns n (output features or channels), k the reduction. Blocks of
-// kTgM x kTgN outputs step over k in chunks of kTgK staged in shared memory, k-contiguous for both operands;
-// each warp computes a 16 x 16 part with mma.sync m16n8k8 on TF32 operands, three products per step
-// ("3xTF32": x = big + small, both rounded to TF32, and a b ~ a_big b_big + a_big b_small + a_small b_big,
-// about fp32's accuracy: CUTLASS's 3xTF32 GEMM; Ootomo & Yokota, IJHPCA 2022). Each thread's loads of the
-// next chunk are issued before the current chunk's products, so their latency overlaps the tensor cores.
-// Off (kTiledGemm = false), the lane-group bodies run every MATMUL and CONV.
+// kTgM x kTgN outputs step over k in chunks of kTgK staged in shared memory by cp.async, kTgStages - 1 chunks
+// in flight while the products of one run; each warp computes a 16 x 16 part with mma.sync m16n8k8 on TF32
+// operands, three products per step ("3xTF32": x = big + small, both rounded to TF32, and
+// a b ~ a_big b_big + a_big b_small + a_small b_big, about fp32's accuracy: CUTLASS's 3xTF32 GEMM; Ootomo &
+// Yokota, IJHPCA 2022). Off (kTiledGemm = false), the lane-group bodies run every MATMUL and CONV.
 constexpr bool kTiledGemm = true;
-// kTgK: a chunk of 64 k rows puts 8 A and 8 B loads a thread in flight at 512 threads, where 32 put 4 and 4
-// (bench/gemm.py, 2 x 8192^2 at 64 sessions: 947 -> 892 us; Silero unchanged; bench/RESULTS.md ninth run).
-// Other block sizes keep 32: 256 threads would stage 16 + 8 values a thread and spill, 1,024 threads' staging
-// would pass 40 KB of shared memory.
+// kTgK: a chunk of 64 k rows at 512 threads, 32 at the others (bench/gemm.py, 2 x 8192^2 at 64 sessions:
+// 947 -> 892 us when the chunk's loads went through registers; bench/RESULTS.md ninth run).
 constexpr int kTgM = 64, kTgK = kBlockThreads == 512 ? 64 : 32;
+// kTgStages: chunks staged at once (codegen.TILED_GEMM_STAGES).
+constexpr int kTgStages = $tg_stages;
 constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads and k-contiguous stores miss bank conflicts
 constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
-constexpr int kTgRowStep = (int)kBlockThreads / kTgK;         // rows between a thread's staged values (along k)
-constexpr int kTgLoadsA = kTgM * kTgK / (int)kBlockThreads;  // A values a thread stages per chunk
-constexpr int kTgLoadsB = kTgN * kTgK / (int)kBlockThreads;  // B values a thread stages per chunk
-// Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and stage whole
-// chunks (384 threads, say, would leave rows of A unstaged).
-constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && (kTgM * kTgK) % kBlockThreads == 0;
-static_assert(!kTgFits || kTgLoadsA * (int)kBlockThreads == kTgM * kTgK, "A staging covers the chunk");
-static_assert(!kTgFits || kTgN * kTgK == kTgLoadsB * (int)kBlockThreads, "B staging covers the chunk");
 
-// Where thread `tid` stages its values of a chunk: A value i at (row, k) = (tid / kTgK + i * kTgRowStep, tid % kTgK);
-// B value i at (column, k) = (tid / kTgK + i * kTgRowStep, tid % kTgK) when the operand is read along k
-// (consecutive threads, consecutive k), else (tid % kTgN, tid / kTgN + i * (kTgK / kTgLoadsB)) (along n).
-__device__ __forceinline__ unsigned tg_a_row(int i) { return threadIdx.x / kTgK + i * kTgRowStep; }
-__device__ __forceinline__ unsigned tg_k() { return threadIdx.x % kTgK; }
-template <bool kAlongK>
-__device__ __forceinline__ unsigned tg_b_col(int i) { return kAlongK ? threadIdx.x / kTgK + i * kTgRowStep : threadIdx.x % kTgN; }
-template <bool kAlongK>
-__device__ __forceinline__ unsigned tg_b_k(int i) { return kAlongK ? threadIdx.x % kTgK : threadIdx.x / kTgN + i * (kTgK / kTgLoadsB); }
+// How the block's threads copy a chunk of kRows rows of kLen contiguous floats (A: kTgM rows of k; B: kTgN
+// rows of k when it is k-contiguous, kTgK rows of n when n-contiguous), W floats a copy (4: one 16-byte
+// cp.async; 1: one float): consecutive threads take consecutive W-float pieces of a row, so the reads coalesce
+// and the shared-memory stores are consecutive; copy i of thread t is at row t / (kLen / W) + i * kRowStep.
+template <int W, int kRows, int kLen>
+struct TgWalk {
+  static constexpr int kPerRow = kLen / W, kRowStep = kPerRow ? (int)kBlockThreads / kPerRow : 0;
+  static constexpr int kCopies = kRows * kPerRow / (int)kBlockThreads;
+  static constexpr bool kCovers = kPerRow >= 1 && kLen % W == 0 && (int)kBlockThreads % kPerRow == 0 &&
+                                  kCopies >= 1 && kCopies * (int)kBlockThreads == kRows * kPerRow;
+  static __device__ __forceinline__ unsigned row(int i) { return threadIdx.x / kPerRow + i * kRowStep; }
+  static __device__ __forceinline__ unsigned col() { return threadIdx.x % kPerRow * W; }
+};
+template <int W>
+using TgWalkA = TgWalk<W, kTgM, kTgK>;
+template <int W, bool kAlongK>  // B's walk: rows n of k (k-contiguous), else rows k of n
+using TgWalkB = TgWalk<W, kAlongK ? kTgN : kTgK, kAlongK ? kTgK : kTgN>;
+// Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and copy whole
+// chunks one float a copy (384 threads, say, would leave rows of A uncopied); kTgVec: and 4 floats a copy.
+template <int W>
+constexpr bool tg_walks_cover() {
+  return TgWalkA<W>::kCovers && TgWalkB<W, true>::kCovers && TgWalkB<W, false>::kCovers;
+}
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && tg_walks_cover<1>();
+constexpr bool kTgVec = kTgFits && tg_walks_cover<4>();
 
 // x as the sum of two TF32 values (their low 13 mantissa bits zero): big, x rounded to TF32, and small, the
 // exact rest x - big rounded too, both to nearest even (cvt.rn: one F2FP in SASS; cvt.rna, ties away, is
@@ -833,21 +861,60 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big
   }
 }
 
-// The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's staging,
-// A[kTgM][kTgLd] then B[kTgN][kTgLd], or the streaming GEMM's (kSvSmemFloats).
+// The tiled GEMM's staging: kTgStages chunks, each A[kTgM][kTgLd] then B, stored as it lies in memory:
+// [kTgN][kTgLd] when k-contiguous, [kTgK][kTgLdN] when n-contiguous. The fragment reads then hit banks 4g + q
+// (A, k-major B) and 8q + g (n-major B), 32 distinct, and both pitches keep 16-byte copies aligned.
+constexpr int kTgLdN = kTgN + 8;
+constexpr int kTgStageFloats = kTgM * kTgLd + (kTgN * kTgLd > kTgK * kTgLdN ? kTgN * kTgLd : kTgK * kTgLdN);
+template <bool kAlongK>
+__device__ __forceinline__ unsigned tg_b_offset(unsigned n, unsigned k) { return kAlongK ? n * kTgLd + k : k * kTgLdN + n; }
+
+// The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
+// the streaming GEMMs' (kSvSmemFloats). Dynamic shared memory, past the 48 KB a static array may take: the
+// runtime launches with kGemmSmemFloats floats (codegen.gemm_smem_bytes, which computes the number
+// substituted here; the assert holds the two to what this code needs).
 constexpr int kSvRows = 8;  // streaming GEMM: rows of A a pass keeps accumulators for
 constexpr int kSvSmemFloats = (int)kBlockThreads * kSvRows;
-constexpr int kGemmSmemFloats = kTgFits && (kTgM + kTgN) * kTgLd > kSvSmemFloats ? (kTgM + kTgN) * kTgLd : kSvSmemFloats;
+constexpr int kGemmSmemFloats = $gemm_smem_floats;
+static_assert(kGemmSmemFloats == (kTgFits && kTgStages * kTgStageFloats > kSvSmemFloats ? kTgStages * kTgStageFloats : kSvSmemFloats),
+              "codegen.gemm_smem_bytes disagrees with the GEMM bodies' staging");
 __device__ __forceinline__ float* gemm_smem() {
-  __shared__ __align__(16) float smem[kGemmSmemFloats];
-  return smem;
+  extern __shared__ __align__(16) float wavec_gemm_smem[];
+  return wavec_gemm_smem;
 }
 
+// cp.async (sm_80 on): a 4-byte copy from global to shared memory that holds no register while in flight.
+// An invalid source writes 0 and reads nothing (src-size 0, as CUTLASS's cp_async_zfill; its address stays
+// one inside or next to the operand). Each thread closes one group a chunk (cp_async_commit) and waits until
+// at most N of its groups are in flight.
+struct CopySource {
+  const float* at;
+  unsigned floats;  // of the copy's W, those inside the operand (the rest are 0)
+};
+// A 16-byte copy goes to L2 only (.cg); a 4-byte one cannot (.ca only).
+template <int W>
+__device__ __forceinline__ void cp_async(float* dst, CopySource src) {
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  if constexpr (W == 4)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src.at), "r"(4 * src.floats) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(src.at), "r"(4 * src.floats) : "memory");
+}
+// The floats of a W-float piece at `at` of a row of `len` that lie inside it.
+template <int W>
+__device__ __forceinline__ unsigned floats_inside(unsigned at, unsigned len) {
+  return at >= len ? 0u : len - at >= W ? (unsigned)W : len - at;
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 // The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..); kBTf32 as
-// mma_3xtf32's.
-template <bool kBTf32>
-__device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const float (*Bs)[kTgLd], unsigned wm,
-                                            unsigned wn, float (&acc)[2][4]) {
+// mma_3xtf32's, kAlongK as tg_b_offset's.
+template <bool kBTf32, bool kAlongK>
+__device__ __forceinline__ void tg_products(const float* stage, unsigned wm, unsigned wn, float (&acc)[2][4]) {
+  const float (*As)[kTgLd] = reinterpret_cast<const float (*)[kTgLd]>(stage);
+  const float* Bs = stage + kTgM * kTgLd;
   const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
 #pragma unroll
   for (int k8 = 0; k8 < kTgK; k8 += 8) {
@@ -858,48 +925,68 @@ __device__ __forceinline__ void tg_products(const float (*As)[kTgLd], const floa
     tf32_split(As[wm + g + 8][k8 + q + 4], a_big[3], a_small[3]);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
-      mma_3xtf32<kBTf32>(acc[nt], a_big, a_small, Bs[wn + nt * 8 + g][k8 + q], Bs[wn + nt * 8 + g][k8 + q + 4]);
+      mma_3xtf32<kBTf32>(acc[nt], a_big, a_small, Bs[tg_b_offset<kAlongK>(wn + nt * 8 + g, k8 + q)],
+                         Bs[tg_b_offset<kAlongK>(wn + nt * 8 + g, k8 + q + 4)]);
   }
 }
 
 // The GEMM of one task's tile: out(m, n) = sum_k A(m, k) B(k, n) for m < M, n < N, k < K, through `ops`:
-//   ops.start_rows(m0)                      this thread's A rows of the block at m0 (tg_a_row);
-//   ops.load(n0, k0, a[kTgLoadsA], b[kTgLoadsB])  this thread's values of the chunk at k0 (0 outside);
+//   ops.start_rows(m0)                      this thread's A rows of the block at m0 (TgWalkA's rows);
+//   ops.a_source(i, k0), ops.b_source(i, n0, k0)  where this thread's copy i of A and of B of the chunk at k0
+//                                           reads (CopySource: the floats inside the operand, the rest 0);
 //   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
-// Ops::kBAlongK says which way B is staged (tg_b_col / tg_b_k); kBTf32, that B's values are TF32 numbers
-// (tg_products). Every thread of the block calls it.
+// Ops::kBAlongK says which way B lies (TgWalkB, tg_b_offset), Ops::kVec the floats a copy; kBTf32, that B's
+// values are TF32 numbers (tg_products). Chunks are copied kTgStages - 1 ahead, so their loads' latency
+// overlaps the products of the chunks before (one chunk ahead in registers, a chunk of duplex:1b's
+// 32,000-column head took 2.45 us, of which ~0.86 us issue). Every thread of the block calls it.
 template <bool kBTf32, class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
-  float (*As)[kTgLd] = reinterpret_cast<float (*)[kTgLd]>(gemm_smem());
-  float (*Bs)[kTgLd] = As + kTgM;
+  constexpr bool kAlongK = Ops::kBAlongK;
+  constexpr int W = Ops::kVec;
+  using WalkA = TgWalkA<W>;
+  using WalkB = TgWalkB<W, kAlongK>;
+  float* const smem = gemm_smem();
   const unsigned warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   const unsigned wm = warp % kTgWarpsM * 16, wn = warp / kTgWarpsM * 16;
+  const unsigned chunks = (K + kTgK - 1) / kTgK;
+  // Copies chunk c of the block at n0 into its stage (nothing past the last chunk) and closes the group, one a
+  // chunk, so that cp_async_wait<kTgStages - 2> at chunk c means c has landed.
+  auto stage = [&](unsigned n0, unsigned c) {
+    if (c < chunks) {
+      float* As = smem + c % kTgStages * kTgStageFloats;
+      float* Bs = As + kTgM * kTgLd;
+#pragma unroll
+      for (int i = 0; i < WalkA::kCopies; ++i) cp_async<W>(As + WalkA::row(i) * kTgLd + WalkA::col(), ops.a_source(i, c * kTgK));
+#pragma unroll
+      for (int i = 0; i < WalkB::kCopies; ++i)
+        cp_async<W>(Bs + WalkB::row(i) * (kAlongK ? kTgLd : kTgLdN) + WalkB::col(), ops.b_source(i, n0, c * kTgK));
+    }
+    cp_async_commit();
+  };
   for (unsigned m0 = 0; m0 < M; m0 += kTgM) {
     ops.start_rows(m0);
     for (unsigned n0 = 0; n0 < N; n0 += kTgN) {
       float acc[2][4] = {};
-      float a[kTgLoadsA], b[kTgLoadsB];
-      ops.load(n0, 0, a, b);
-      for (unsigned k0 = 0; k0 < K; k0 += kTgK) {
-        __syncthreads();  // the previous chunk's products are done with the staging
-#pragma unroll
-        for (int i = 0; i < kTgLoadsA; ++i) As[tg_a_row(i)][tg_k()] = a[i];
-#pragma unroll
-        for (int i = 0; i < kTgLoadsB; ++i) Bs[tg_b_col<Ops::kBAlongK>(i)][tg_b_k<Ops::kBAlongK>(i)] = b[i];
-        __syncthreads();
-        if (k0 + kTgK < K) ops.load(n0, k0 + kTgK, a, b);
+#pragma unroll 1
+      for (unsigned c = 0; c + 1 < kTgStages; ++c) stage(n0, c);
+#pragma unroll 1
+      for (unsigned c = 0; c < chunks; ++c) {
+        cp_async_wait<kTgStages - 2>();
+        __syncthreads();  // chunk c is staged by every thread, and every warp is done with chunk c - 1's stage
+        stage(n0, c + kTgStages - 1);
         // A chunk's products are summed by the tensor cores from zero, and the partial sum added to acc in fp32
         // (round to nearest): their accumulator truncates (Fasi et al., PeerJ CS 7:e330, 2021), a bias that
         // grows with each step it keeps (DeepSeek-V3 report, arXiv 2412.19437, 3.3.2: "promotion" to CUDA
         // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
         // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
         float part[2][4] = {};
-        tg_products<kBTf32>(As, Bs, wm, wn, part);
+        tg_products<kBTf32, kAlongK>(smem + c % kTgStages * kTgStageFloats, wm, wn, part);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[nt][c] += part[nt][c];
+          for (int i = 0; i < 4; ++i) acc[nt][i] += part[nt][i];
       }
+      __syncthreads();  // the stages are free for the next block's copies, or the block's next task
       // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8.
       const typename Ops::Row upper = ops.row(m0 + wm + g), lower = ops.row(m0 + wm + g + 8);
 #pragma unroll
@@ -913,7 +1000,6 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
         }
     }
   }
-  __syncthreads();  // the staging is free for the block's next task
 }
 
 // A MATMUL tile whose b is one matrix for all of the tile's rows: b shared by the cohort (session stride 0) or
@@ -1007,36 +1093,66 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
 }
 
 // The tiled MATMUL: tiled_gemm's operations over a MatmulTile.
-template <bool kAlongK>
+template <bool kAlongK, int W>
 struct MatmulTileOps {
   static constexpr bool kBAlongK = kAlongK;
+  static constexpr int kVec = W;
   using Row = MatmulTile::Row;
+  using WalkA = TgWalkA<W>;
+  using WalkB = TgWalkB<W, kAlongK>;
   const MatmulTile& tile;
   const Epilogue& ep;
-  const float* arow[kTgLoadsA];  // this thread's A rows at k = 0 (null past M)
+  const float* arow[WalkA::kCopies];  // this thread's A rows at k = 0 (row 0's past M, never read)
+  unsigned rows_in;                   // bit i: A row i lies inside the tile
 
   __device__ __forceinline__ Row row(unsigned m) const { return tile.row(m); }
   __device__ __forceinline__ void start_rows(unsigned m0) {
+    rows_in = 0;
 #pragma unroll
-    for (int i = 0; i < kTgLoadsA; ++i) {
-      const unsigned m = m0 + tg_a_row(i);
-      arow[i] = m < tile.M ? tile.a_row(m) : nullptr;
+    for (int i = 0; i < WalkA::kCopies; ++i) {
+      const unsigned m = m0 + WalkA::row(i);
+      arow[i] = tile.a_row(m < tile.M ? m : 0);
+      rows_in |= (unsigned)(m < tile.M) << i;
     }
   }
-  __device__ __forceinline__ void load(unsigned n0, unsigned k0, float (&va)[kTgLoadsA], float (&vb)[kTgLoadsB]) const {
-    const unsigned k = k0 + tg_k();
-#pragma unroll
-    for (int i = 0; i < kTgLoadsA; ++i) va[i] = arow[i] && k < tile.K ? arow[i][k * tile.ak] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < kTgLoadsB; ++i) {
-      const unsigned n = n0 + tg_b_col<kAlongK>(i), kb = k0 + tg_b_k<kAlongK>(i);
-      vb[i] = n < tile.n_cols && kb < tile.K ? tile.pb[kb * tile.bk + n * tile.bn] : 0.0f;
-    }
+  __device__ __forceinline__ CopySource a_source(int i, unsigned k0) const {
+    const unsigned k = k0 + WalkA::col();
+    return {arow[i] + k * tile.ak, rows_in >> i & 1 ? floats_inside<W>(k, tile.K) : 0u};
+  }
+  // Copy i lies i row steps of the walk past copy 0.
+  __device__ __forceinline__ CopySource b_source(int i, unsigned n0, unsigned k0) const {
+    const unsigned row0 = WalkB::row(0), col = WalkB::col(), step = i * WalkB::kRowStep;
+    const unsigned n_first = n0 + (kAlongK ? row0 : col), k_first = k0 + (kAlongK ? col : row0);
+    const float* first = tile.pb + (long long)k_first * tile.bk + (long long)n_first * tile.bn;
+    if (kAlongK)
+      return {first + step * tile.bn, n_first + step < tile.n_cols ? floats_inside<W>(k_first, tile.K) : 0u};
+    return {first + step * tile.bk, k_first + step < tile.K ? floats_inside<W>(n_first, tile.n_cols) : 0u};
   }
   __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
     tile.store(ep, r, n, sum, error);
   }
 };
+
+// Whether every copy of the tile's chunks may move 16 bytes: A and B contiguous along the walks' rows, and
+// every row's start 16-byte aligned (the bases, A's session stride and the strides of its row dims).
+__device__ __forceinline__ bool tile_copies_vectorize(const MatmulTile& tile) {
+  if (!kTgVec || tile.ak != 1) return false;
+  if (tile.bk == 1 ? tile.bn % 4 != 0 : tile.bn != 1 || tile.bk % 4 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(tile.pb) % 16 || reinterpret_cast<uintptr_t>(tile.a.base) % 16 || tile.a.sstride % 16)
+    return false;
+  #pragma unroll 1
+  for (int d = 0; d + 1 < tile.rank; ++d)
+    if (tile.a_strides[d] % 4) return false;
+  return true;
+}
+
+// Not inlined: each of the six has the kernel's register budget to itself (inlined in matmul_gemm_body, their
+// spills summed to 2,424 bytes of reloads, ptxas).
+template <bool kAlongK, int W, bool kBTf32>
+__device__ __noinline__ void tiled_matmul(const MatmulTile& tile, const Epilogue& ep, bool& error) {
+  MatmulTileOps<kAlongK, W> ops{tile, ep, {}, 0};
+  tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
+}
 
 // ---- The weight-streaming GEMM (small M) -----------------------------------------------------------
 // A MATMUL tile of too few rows for the tiled GEMM, whose b is one matrix for all its rows stored
@@ -1391,15 +1507,14 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   if (mma_stream) {
     if (tile.b_tf32) mma_stream_gemm<true>(tile, ep, error);
     else mma_stream_gemm<false>(tile, ep, error);
-  } else if (tiled && tile.bk == 1) {
-    MatmulTileOps<true> ops{tile, ep, {}};
-    tiled_gemm<false>(ops, tile.M, tile.n_cols, tile.K, error);
-  } else if (tiled && tile.b_tf32) {
-    MatmulTileOps<false> ops{tile, ep, {}};
-    tiled_gemm<true>(ops, tile.M, tile.n_cols, tile.K, error);
-  } else if (tiled) {
-    MatmulTileOps<false> ops{tile, ep, {}};
-    tiled_gemm<false>(ops, tile.M, tile.n_cols, tile.K, error);
+  } else if (tiled && tile_copies_vectorize(tile)) {
+    if (tile.bk == 1 && tile.b_tf32) tiled_matmul<true, 4, true>(tile, ep, error);
+    else if (tile.bk == 1) tiled_matmul<true, 4, false>(tile, ep, error);
+    else if (tile.b_tf32) tiled_matmul<false, 4, true>(tile, ep, error);
+    else tiled_matmul<false, 4, false>(tile, ep, error);
+  } else if (tiled) {  // b split even when it is TF32: the same bits (its small part is 0), one body fewer
+    if (tile.bk == 1) tiled_matmul<true, 1, false>(tile, ep, error);
+    else tiled_matmul<false, 1, false>(tile, ep, error);
   } else if (tile.has_prologue) {
     if (vec4) stream_gemm<kGemmCols, true>(tile, pro, ep, error);
     else stream_gemm<1, true>(tile, pro, ep, error);
@@ -1450,6 +1565,9 @@ constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D co
 // tap); A(m, k) is gathered from x (0 outside the padded input), B(k, n) is the weight w[channel, k].
 struct ConvTileOps {
   static constexpr bool kBAlongK = true;  // a channel's weights are contiguous in k
+  static constexpr int kVec = 1;          // A is gathered
+  using WalkA = TgWalkA<1>;
+  using WalkB = TgWalkB<1, true>;
   struct Row {
     unsigned s, t;
     bool valid;
@@ -1460,31 +1578,31 @@ struct ConvTileOps {
   OperandView x, out, bias;
   const float* w;  // the tile's first channel's weights
   const Epilogue& ep;
-  const float* xrow[kTgLoadsA];  // this thread's A rows: their session's x (null past M)
-  int pos0[kTgLoadsA];           // and where their time step's window starts (t * stride - pad)
+  const float* xrow[WalkA::kCopies];  // this thread's A rows: their session's x (the first session's past M, never read)
+  int pos0[WalkA::kCopies];           // and where their time step's window starts (t * stride - pad)
+  unsigned rows_in;              // bit i: A row i lies inside the tile
 
   __device__ __forceinline__ Row row(unsigned m) const { return Row{session_begin + m / T, m % T, m < M}; }
   __device__ __forceinline__ void start_rows(unsigned m0) {
+    rows_in = 0;
 #pragma unroll
-    for (int i = 0; i < kTgLoadsA; ++i) {
-      const unsigned m = m0 + tg_a_row(i);
-      xrow[i] = m < M ? x.at(session_begin + m / T, 0) : nullptr;
+    for (int i = 0; i < WalkA::kCopies; ++i) {
+      const unsigned m = m0 + WalkA::row(i);
+      xrow[i] = x.at(session_begin + (m < M ? m / T : 0), 0);
       pos0[i] = (int)(m % T) * stride - pad;
+      rows_in |= (unsigned)(m < M) << i;
     }
   }
-  __device__ __forceinline__ void load(unsigned n0, unsigned k0, float (&va)[kTgLoadsA], float (&vb)[kTgLoadsB]) const {
-    const unsigned k = k0 + tg_k(), c = k / KW;
-    const int tap = (int)(k % KW) * dil;
-#pragma unroll
-    for (int i = 0; i < kTgLoadsA; ++i) {
-      const int pos = pos0[i] + tap;
-      va[i] = xrow[i] && k < K && pos >= 0 && pos < (int)L ? xrow[i][c * L + pos] : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < kTgLoadsB; ++i) {
-      const unsigned n = n0 + tg_b_col<true>(i);
-      vb[i] = n < channels && k < K ? w[(size_t)n * K + k] : 0.0f;
-    }
+  // Outside the padded input the address is the row's start (nothing is read).
+  __device__ __forceinline__ CopySource a_source(int i, unsigned k0) const {
+    const unsigned k = k0 + WalkA::col();
+    const int pos = pos0[i] + (int)(k % KW) * dil;
+    const bool valid = (rows_in >> i & 1) && k < K && pos >= 0 && pos < (int)L;
+    return {xrow[i] + (valid ? k / KW * L + pos : 0), valid};
+  }
+  __device__ __forceinline__ CopySource b_source(int i, unsigned n0, unsigned k0) const {
+    const unsigned n = n0 + WalkB::row(i), k = k0 + WalkB::col();
+    return {w + (size_t)n * K + k, n < channels && k < K};
   }
   __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
     if (!r.valid) return;

@@ -199,8 +199,12 @@ class CudaSession:
             cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self._func),
             "cuFuncGetAttribute",
         )
+        # The GEMM bodies' buffer is dynamic shared memory, past the 48 KB a launch may take unasked.
+        self._smem_bytes = codegen.gemm_smem_bytes(self._block_threads)
+        check(cu.cuFuncSetAttribute(self._func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    self._smem_bytes), f"cuFuncSetAttribute({self._smem_bytes} bytes of dynamic shared memory)")
         per_sm = check(
-            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, self._block_threads, 0),
+            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, self._block_threads, self._smem_bytes),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor",
         )
         if self.workers > per_sm * sms:
@@ -346,7 +350,7 @@ class CudaSession:
         self._arg_ptrs = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         check(
             cu.cuLaunchCooperativeKernel(
-                self._func, self.workers, 1, 1, self._block_threads, 1, 1, 0, self._kernel_stream,
+                self._func, self.workers, 1, 1, self._block_threads, 1, 1, self._smem_bytes, self._kernel_stream,
                 ctypes.addressof(self._arg_ptrs),
             ),
             "cuLaunchCooperativeKernel",
