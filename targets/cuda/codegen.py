@@ -1343,8 +1343,15 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 // is n8 tile t's column c, so lane g's b values are one float4 at column 4g of each of two k rows. The
 // slices' parts are added in a fixed tree (slice s takes s + span's, span = 1, 2, 4, ...) through the GEMM
 // staging buffer, so every run gives the same bits. Switch: kMmaStreamRows = 0 leaves these tiles to the
-// tiled GEMM and the narrow pass.
-constexpr unsigned kMmaStreamRows = 64;
+// tiled GEMM and the narrow pass. 48: a tile of 49 to 64 rows fills at least 77% of the tiled GEMM's block,
+// which then runs it faster (bench/gemm.py, 8 chained 2048^2 bf16 linears at 256 sessions, tiles of 64 rows:
+// 783.6 us here, 494.2 on the tiled GEMM; bench/RESULTS.md twelfth run), while at 48 rows (duplex:1b at 96
+// sessions) the tiled GEMM was no faster (77.9 against 76.7 ms a beat).
+constexpr unsigned kMmaStreamRows = 48;
+// kTgMinRows: the fewest rows a MATMUL tile takes the tiled GEMM with: those past the tensor-core streaming
+// GEMM's, up to a whole block (kTgM; with that GEMM off, kMmaStreamRows = 0, a block too).
+constexpr unsigned kTgMinRows =
+    kMmaStreamRows > (unsigned)kSvRows && kMmaStreamRows < (unsigned)kTgM ? kMmaStreamRows + 1 : (unsigned)kTgM;
 constexpr int kMmaDepth = 4;  // steps of loads a warp has in flight: 4 x 8 warps' distinct 1 KB of b, 32 KB a SM
 constexpr int kMmaPassGroups = 4, kMmaCols = 32, kMmaPart = 16 * kMmaCols;  // a warp's part: 16 rows x 32 columns
 // Each block starts its slices' walk over k at a step of its own (the block's index times 5, wrapped), so the
@@ -1487,7 +1494,7 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   MatmulTile tile;
   const long long* ep_words;
   if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
-  const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgM && tile.n_cols >= kTgN / 4;
+  const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgMinRows && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % kGemmCols == 0 && tile.bk % kGemmCols == 0 &&
                     reinterpret_cast<uintptr_t>(tile.pb) % (kGemmCols * sizeof(float)) == 0;
   // The streaming GEMM costs a tile ~10 us whatever its size (one-session Silero, K = 128 x 32 columns: a printf
