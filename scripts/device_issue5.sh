@@ -30,6 +30,7 @@
 #            first); with .device/gemm8k (`--layers 2 --dim 8192`), that too (gemm8k.json)
 #   bodies   norms, softmax, LSTM/GRU cells and ring-cache attention alone against PyTorch (bodies.json;
 #            bench/bodies.py; `python3 bench/bodies.py compile --out .device/bodies` here first)
+#   mma      the tensor cores' mma.sync rate, tf32 and bf16, every SM (mma.json; bench/mma_rate.py)
 #   duplex   duplex:1b's density at an 80 ms beat against its batched PyTorch peers (bench/builder_peers.py) on
 #            the .device/duplex1b-N profiles (`device_profiles.py --duplex-sessions N...`; duplex.json, .png)
 # Every step has its own timeout; `check big timeline conv` fit one 10-minute device call, `peers density`
@@ -40,11 +41,11 @@ parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${1:-${OUT:-out}}
-usage="usage: $0 check|builtin|big|timeline|dtimeline|ab=NAME=VALUE|peers|density|conv|gemm|bodies|duplex ... [-- OUTDIR]"
+usage="usage: $0 check|builtin|big|timeline|dtimeline|ab=NAME=VALUE|peers|density|conv|gemm|bodies|mma|duplex ... [-- OUTDIR]"
 [ ${#parts[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 for part in "${parts[@]}"; do  # every part checked before the first one runs
   case $part in
-  check | builtin | big | timeline | dtimeline | peers | density | conv | gemm | bodies | duplex | ab=?*=?*) ;;
+  check | builtin | big | timeline | dtimeline | peers | density | conv | gemm | bodies | mma | duplex | ab=?*=?*) ;;
   *) echo "unknown part $part; $usage" >&2; exit 2 ;;
   esac
 done
@@ -106,6 +107,9 @@ from wavec.cli import main; sys.exit(main(sys.argv[1:]))" run "$dir" --backend c
     ;;
   bodies)
     timeout 300 python3 bench/bodies.py run --out .device/bodies --beats 200 --warmup 20 --json "$out/bodies.json"
+    ;;
+  mma)
+    timeout 60 python3 bench/mma_rate.py --json "$out/mma.json"
     ;;
   duplex)
     timeout 500 python3 bench/density.py .device/duplex1b-* --beat-ms 80 --beats 100 --runs 3 \
