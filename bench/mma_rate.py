@@ -30,43 +30,43 @@ DATASHEET_TFLOPS = {"tf32": 494.7, "bf16": 989.4}
 FLOPS_PER_MMA = {"tf32": 2 * 16 * 8 * 8, "bf16": 2 * 16 * 8 * 16}
 
 SOURCE = r"""
-// One kind of mma.sync, CHAINS independent accumulators a warp; the operands' bits are arbitrary (the rate does
-// not depend on them), and the sums are stored so nothing is optimized away.
-template <int kChains>
-__device__ __forceinline__ void store_sums(float* out, const float (&d)[kChains][4]) {
+// CHAINS independent chains of one kind of mma.sync a warp; the operands' bits are arbitrary (the rate does not
+// depend on them), and the sums are stored so nothing is optimized away.
+// d += a b for one warp's fragments; SHAPE_TYPES names the instruction's shape and types.
+#define MMA_SYNC(SHAPE_TYPES)                                                                              \
+  asm volatile("mma.sync.aligned." SHAPE_TYPES " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"     \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+struct Tf32 {  // m16n8k8, tf32 operands
+  static constexpr unsigned kMask = 0x3F7FE000u, kFlip = 0x2000u;
+  static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    MMA_SYNC("m16n8k8.row.col.f32.tf32.tf32.f32");
+  }
+};
+struct Bf16 {  // m16n8k16, bf16 pairs
+  static constexpr unsigned kMask = 0x3F7F3F7Fu, kFlip = 0x10001u;
+  static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32");
+  }
+};
+
+template <class Kind>
+__device__ __forceinline__ void chains(float* out, int iters) {
+  const unsigned a0 = threadIdx.x * 0x9E3779B1u & Kind::kMask, b0 = threadIdx.x * 0x85EBCA6Bu & Kind::kMask;
+  const unsigned a[4] = {a0, a0 ^ Kind::kFlip, a0 ^ 2 * Kind::kFlip, a0 ^ 3 * Kind::kFlip}, b[2] = {b0, b0 ^ Kind::kFlip};
+  float d[CHAINS][4] = {};
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int j = 0; j < CHAINS; ++j) Kind::mma(d[j], a, b);
+  }
   float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kChains; ++j) s += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+  for (int j = 0; j < CHAINS; ++j) s += d[j][0] + d[j][1] + d[j][2] + d[j][3];
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) mma_tf32(float* out, int iters) {
-  const unsigned a0 = threadIdx.x * 0x9E3779B1u & 0x3F7FE000u, b0 = threadIdx.x * 0x85EBCA6Bu & 0x3F7FE000u;
-  const unsigned a[4] = {a0, a0 ^ 0x2000u, a0 ^ 0x4000u, a0 ^ 0x6000u}, b[2] = {b0, b0 ^ 0x2000u};
-  float d[CHAINS][4] = {};
-  for (int i = 0; i < iters; ++i) {
-#pragma unroll
-    for (int j = 0; j < CHAINS; ++j)
-      asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                   : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-  store_sums<CHAINS>(out, d);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 1) mma_bf16(float* out, int iters) {
-  const unsigned a0 = threadIdx.x * 0x9E3779B1u & 0x3F7F3F7Fu, b0 = threadIdx.x * 0x85EBCA6Bu & 0x3F7F3F7Fu;
-  const unsigned a[4] = {a0, a0 ^ 0x10001u, a0 ^ 0x20002u, a0 ^ 0x30003u}, b[2] = {b0, b0 ^ 0x10001u};
-  float d[CHAINS][4] = {};
-  for (int i = 0; i < iters; ++i) {
-#pragma unroll
-    for (int j = 0; j < CHAINS; ++j)
-      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                   : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-  store_sums<CHAINS>(out, d);
-}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) mma_tf32(float* out, int iters) { chains<Tf32>(out, iters); }
+extern "C" __global__ void __launch_bounds__(THREADS, 1) mma_bf16(float* out, int iters) { chains<Bf16>(out, iters); }
 """.replace("THREADS", str(THREADS)).replace("CHAINS", str(CHAINS))
 
 
