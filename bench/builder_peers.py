@@ -33,17 +33,21 @@ def _torch():
 _DEVICE_TENSORS: dict = {}  # (model, device) -> weights, initial states, constants: made once per process
 
 
-_GENERATE_CHUNK = 1 << 24  # elements a generation step makes: bounds its int64 temporaries to 128 MB
+_GENERATE_CHUNK = 1 << 24  # elements a generation step makes: 128 MB an int64 temporary
+
+
+def _mul32(x, c: int):
+    """x * c modulo 2**32 for int64 tensors of values below 2**32: the product by c's 16-bit halves, each
+    below 2**48, so no int64 product overflows."""
+    return (((x * (c >> 16)) & 0xFFFF) << 16) + x * (c & 0xFFFF) & 0xFFFFFFFF
 
 
 def _lowbias32(torch, x):
-    """wavec.weights' 32-bit hash on int64 tensors of values below 2**32 (the products wrap modulo 2**64
-    and are masked to their low 32 bits, the uint32 products' bits)."""
-    mask = 0xFFFFFFFF
+    """wavec.weights' 32-bit hash on int64 tensors of values below 2**32."""
     x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & mask
+    x = _mul32(x, 0x7FEB352D)
     x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & mask
+    x = _mul32(x, 0x846CA68B)
     return x ^ (x >> 16)
 
 

@@ -45,7 +45,8 @@ def build(directory: Path, constants: list[str] = (), regenerate: bool = False) 
         source = generate_kernel(profile.meta)
         lost = "apache-tvm was not importable"
         if lost in source and lost not in profile.kernel_source:
-            raise SystemExit(f"scripts/prebuild_cubins.py: --regenerate: {directory}'s kernel has generated EWISE bodies "
+            why = "--regenerate" if regenerate else "its kernel.cu is missing or of an older protocol, so"
+            raise SystemExit(f"scripts/prebuild_cubins.py: {why}: {directory}'s kernel has generated EWISE bodies "
                              "and this machine's apache-tvm cannot regenerate them; run it where apache-tvm imports")
         profile.kernel_source = source
         (directory / "kernel.cu").write_text(source)
@@ -53,7 +54,7 @@ def build(directory: Path, constants: list[str] = (), regenerate: bool = False) 
     spills = re.findall(r"Function properties for (\S+)\n\s+\d+ bytes stack frame, (\d+) bytes spill stores, "
                         r"(\d+) bytes spill loads", nvcc.build_report(cubin))
     report = ", ".join(f"{name} {stores}/{loads}" for name, stores, loads in spills if stores != "0" or loads != "0")
-    note = " (kernel.cu regenerated: it spoke an older protocol)" if stale and not regenerate else ""
+    note = " (kernel.cu regenerated: it was missing or spoke an older protocol)" if stale and not regenerate else ""
     return (f"{directory}: {time.perf_counter() - t0:.1f} s, {cubin.name}{note}; spill bytes (stores/loads): "
             f"{report or 'none'}")
 

@@ -126,8 +126,10 @@ def test_hand_built_models_the_presets_do_not_cover(build):
             assert got[out].shape == ref[b].shape and np.abs(got[out].numpy() - ref[b]).max() <= 2e-6 * (1 + np.abs(ref[b]).max()), (out, b)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA GPU for torch here"))])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_random_weights_made_by_torch_are_the_specs_bits(monkeypatch, precision):
+def test_random_weights_made_by_torch_are_the_specs_bits(monkeypatch, precision, device):
     """The peers draw a RandomWeight with torch (on the GPU there); every bit must be wavec.weights' own,
     across the generator's chunk edges (made small here) and for a seed past 2**31."""
     from wavec.weights import RandomWeight
@@ -135,6 +137,6 @@ def test_random_weights_made_by_torch_are_the_specs_bits(monkeypatch, precision)
     peers = load_bench("builder_peers")
     monkeypatch.setattr(peers, "_GENERATE_CHUNK", 1000)
     spec = RandomWeight((37, 101), seed=0xDEADBEEF, scale=0.37, precision=precision)
-    got = peers.random_weight(torch, spec, "cpu").numpy()
+    got = peers.random_weight(torch, spec, device).cpu().numpy()
     assert got.shape == spec.shape
     np.testing.assert_array_equal(got.view(np.uint32), spec.materialize().view(np.uint32))

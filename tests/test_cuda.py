@@ -581,6 +581,14 @@ class FakeDriver:
         assert attribute == "max_threads" and f == "function"
         return self.ok, codegen.block_threads(self.profile.meta)  # the kernel's __launch_bounds__
 
+    def cuModuleGetGlobal(self, module, name):
+        import ctypes
+
+        assert module == "module" and name == codegen.GEMM_SMEM_SYMBOL.encode()
+        ptr = self._buf(4)
+        ctypes.c_uint32.from_address(ptr).value = codegen.gemm_smem_bytes(codegen.block_threads(self.profile.meta))
+        return self.ok, ptr, 4
+
     def cuFuncSetAttribute(self, f, attribute, value):
         assert attribute == "max_dynamic_smem" and f == "function"
         self.dynamic_smem = value

@@ -91,8 +91,9 @@ def stage_chunk(geo: Geometry, ops, m0: int, n0: int, k0: int):
             inside = j < floats
             stage[dst[inside]] = operand[at[inside] + j]
             stage[dst[~inside]] = 0.0
-        if geo.w == 4:
+        if geo.w == 4:  # ptxas folds the zero-fill count into an unaligned source's low bits: it must not be
             assert (offsets % 4 == 0).all(), "a 16-byte copy lands unaligned"
+            assert (at[floats > 0] % 4 == 0).all(), "a 16-byte copy reads an unaligned source"
 
     wa, wb = geo.walk_a, geo.walk_b[ops.along_k]
     land(wa.row * geo.ld + wa.col, ops.a_sources(geo, m0, k0))
@@ -196,12 +197,14 @@ class MatmulOps:
     each session s0..s1. a's rows lie ``lda`` floats apart; b is stored [k, n] (read along n) or, with
     ``nk``, [n, k] (along k), its rows ``ldb`` apart."""
 
-    def __init__(self, a, b, nk, s0, s1, row0, rows, col0, col1, out, lda=None, ldb=None):
+    def __init__(self, a, b, nk, s0, s1, row0, rows, col0, col1, out, lda=None, ldb=None, session_pad=0):
         sessions, n_rows, self.K = a.shape
         self.N = out.shape[2]
         self.lda = lda or self.K
-        self.a = np.full((sessions, n_rows, self.lda), np.nan)  # a copy reading the padding spoils the sum
-        self.a[:, :, :self.K] = a
+        self.sstride = n_rows * self.lda + session_pad  # floats between sessions' a
+        self.a = np.full((sessions, self.sstride), np.nan)  # a copy reading the padding spoils the sum
+        self.a[:, :n_rows * self.lda] = np.pad(a, ((0, 0), (0, 0), (0, self.lda - self.K)),
+                                               constant_values=np.nan).reshape(sessions, -1)
         self.a = self.a.reshape(-1)
         stored = np.ascontiguousarray(b.T) if nk else b
         ldb = ldb or stored.shape[1]
@@ -217,13 +220,13 @@ class MatmulOps:
     def vectorizes(self) -> bool:
         """tile_copies_vectorize (a is k-contiguous here, and the arrays 16-byte aligned)."""
         b_ok = self.bn % 4 == 0 if self.bk == 1 else self.bn == 1 and self.bk % 4 == 0
-        return b_ok and self.pb % 4 == 0 and self.lda % 4 == 0
+        return b_ok and self.pb % 4 == 0 and self.lda % 4 == 0 and self.sstride % 4 == 0
 
     def a_sources(self, geo, m0, k0):
         wa = geo.walk_a
         m, k = m0 + wa.row, k0 + wa.col
         mm = np.where(m < self.M, m, 0)
-        row = ((self.s0 + mm // self.rows) * self.n_rows + self.row0 + mm % self.rows) * self.lda
+        row = (self.s0 + mm // self.rows) * self.sstride + (self.row0 + mm % self.rows) * self.lda
         return row + k, np.where(m < self.M, floats_inside(k, self.K, geo.w), 0), self.a
 
     def b_sources(self, geo, n0, k0):
@@ -259,6 +262,38 @@ def test_the_walks_cover_each_chunk_once_at_every_block_size_they_run_at(threads
         for j in range(w):
             np.add.at(hits, (walk.row.ravel(), walk.col.ravel() + j), 1)
         assert (hits == 1).all()
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5, 9])
+def test_the_stage_ring_never_overwrites_a_chunk_before_every_warp_is_done_with_it(chunks):
+    """tiled_gemm's schedule of one block of outputs, chunk by chunk: chunks 0 .. kTgStages - 2 are copied
+    first; at chunk c a thread waits until at most kTgStages - 2 of its groups (one a chunk) are in flight, the
+    block meets at the barrier, the thread copies chunk c + kTgStages - 1 into its stage, and the warps read
+    chunk c's. Every chunk has landed when read, and a stage is copied into only after the barrier that
+    follows every read of the chunk before it; after the block's closing barrier no copy is in flight."""
+    stages = TILED_GEMM_STAGES
+    in_stage, groups = {}, []  # stage -> chunk it holds; every committed group, oldest first (None: empty)
+    last_read = {}  # chunk -> the barrier count after which it was last read
+    barriers = 0
+
+    def copy(c):
+        if c < chunks:
+            slot = c % stages
+            if slot in in_stage:  # the chunk there was read, and a barrier has passed since
+                held = in_stage[slot]
+                assert held in last_read and last_read[held] < barriers, f"chunk {c} overwrites chunk {held} in use"
+            in_stage[slot] = c
+        groups.append(c if c < chunks else None)
+
+    for c in range(stages - 1):
+        copy(c)
+    for c in range(chunks):
+        landed = groups[:len(groups) - (stages - 2)]  # wait_group<kTgStages - 2>
+        barriers += 1
+        copy(c + stages - 1)
+        assert c in landed and in_stage[c % stages] == c, f"chunk {c} read before it landed"
+        last_read[c] = barriers
+    assert all(g is None for g in groups[len(groups) - (stages - 2):]), "a copy in flight after the last chunk"
 
 
 @pytest.mark.parametrize("threads", [512, 256])
@@ -309,25 +344,28 @@ def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride,
     np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("w", [1, 4], ids=["1-float", "16-byte"])
+@pytest.mark.parametrize("threads, w", [(512, 1), (512, 4), (256, 4), (128, 4), (1024, 1)])
 @pytest.mark.parametrize("nk", [False, True], ids=["b-kn", "b-nk"])
 @pytest.mark.parametrize("tiles", [
     [(0, 70, 0, 1, 0, 40), (0, 70, 0, 1, 40, 130)],  # parts of one row (the LSTM's gates), ragged columns
     [(0, 33, 0, 3, 0, 130)],                         # whole rows: M = sessions x rows
 ])
-def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, w):
+def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w):
     """K = 75 and 130 columns: a 16-byte copy's last piece of a row is partly outside (floats_inside), so the
-    rows are padded to a multiple of 4 floats, as the kernel's alignment check asks."""
+    rows are padded to a multiple of 4 floats, and the sessions' a apart by a padded stride, as the kernel's
+    alignment check asks."""
     rng = np.random.default_rng(4)
     sessions, rows, K, N = 70, 3, 75, 130
     a = rng.standard_normal((sessions, rows, K))
     b = rng.standard_normal((K, N)) / np.sqrt(K)
     got = np.full((sessions, rows, N), np.nan)
-    pad = {"lda": 76, "ldb": 76 if nk else 132} if w == 4 else {}
+    pad = {"lda": 76, "ldb": 76 if nk else 132, "session_pad": 8} if w == 4 else {"session_pad": 3}
+    geo = Geometry(threads, w)
+    assert geo.fits()
     for s0, s1, row0, n_rows, col0, col1 in tiles:
         ops = MatmulOps(a, b, nk, s0, s1, row0, n_rows, col0, col1, got, **pad)
         assert ops.vectorizes() == (w == 4)
-        tiled_gemm(Geometry(512, w), ops, ops.M, ops.cols, ops.K)
+        tiled_gemm(geo, ops, ops.M, ops.cols, ops.K)
     want = a @ b
     for s0, s1, row0, n_rows, col0, col1 in tiles:
         part = np.s_[s0:s1, row0:row0 + n_rows, col0:col1]

@@ -38,6 +38,7 @@ PROTOCOL = 7  # 2: the kernel takes the optional per-task trace buffer; 3: a tas
 # 7: the kernel is launched with gemm_smem_bytes of dynamic shared memory
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
+GEMM_SMEM_SYMBOL = "wavec_gemm_smem_bytes"  # the kernel's dynamic shared memory, in bytes, as it needs it
 FILL_KERNEL_NAME = "wavec_fill_weights"
 FILL_KINDS = {"uniform": 0, "constant": 1}  # wavec.weights spec kinds -> the fill kernel's `kind`
 BLOCK_THREADS = 256  # a target without threads_per_block, profiles that predate it; the fill kernel's block
@@ -190,8 +191,8 @@ TILED_GEMM_STAGES = 4  # kTgStages: chunks the tiled GEMM stages at once
 
 
 def gemm_smem_bytes(threads: int) -> int:
-    """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks is launched with: the GEMM
-    bodies' buffer (kGemmSmemFloats), the tiled GEMM's TILED_GEMM_STAGES stages (a kTgM x kTgLd A chunk and
+    """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks needs (it exports the number as
+    GEMM_SMEM_SYMBOL, which the runtime launches with): the GEMM bodies' buffer (kGemmSmemFloats), the tiled GEMM's TILED_GEMM_STAGES stages (a kTgM x kTgLd A chunk and
     its B chunk, k-major or n-major) or the streaming GEMMs' threads x 8 floats, the larger. The kernel's
     static_assert checks this number against its own geometry, so the two cannot drift. 512 threads:
     4 x 8,960 floats, 143,360 bytes, of the H200's 227 KB a block (CUDA C++ Programming Guide, compute
@@ -241,6 +242,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "gemm_cols": GEMM_COLS,
         "tg_stages": TILED_GEMM_STAGES,
         "gemm_smem_floats": gemm_smem_bytes(block_threads(meta)) // 4,
+        "gemm_smem_symbol": GEMM_SMEM_SYMBOL,
         "out_slot": OUT,
         "n_operands": N_OPERANDS,
         "max_waits": MAX_WAITS,
@@ -871,21 +873,24 @@ __device__ __forceinline__ unsigned tg_b_offset(unsigned n, unsigned k) { return
 
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
 // the streaming GEMMs' (kSvSmemFloats). Dynamic shared memory, past the 48 KB a static array may take: the
-// runtime launches with kGemmSmemFloats floats (codegen.gemm_smem_bytes, which computes the number
-// substituted here; the assert holds the two to what this code needs).
+// runtime reads $gemm_smem_symbol from the module and launches with that many bytes (codegen.gemm_smem_bytes
+// computes the number substituted here; the assert holds it to what this code needs).
 constexpr int kSvRows = 8;  // streaming GEMM: rows of A a pass keeps accumulators for
 constexpr int kSvSmemFloats = (int)kBlockThreads * kSvRows;
 constexpr int kGemmSmemFloats = $gemm_smem_floats;
 static_assert(kGemmSmemFloats == (kTgFits && kTgStages * kTgStageFloats > kSvSmemFloats ? kTgStages * kTgStageFloats : kSvSmemFloats),
               "codegen.gemm_smem_bytes disagrees with the GEMM bodies' staging");
+static_assert(kTgStages >= 2, "the tiled GEMM copies at least one chunk ahead");
+extern "C" __device__ const unsigned $gemm_smem_symbol = kGemmSmemFloats * sizeof(float);
 __device__ __forceinline__ float* gemm_smem() {
   extern __shared__ __align__(16) float wavec_gemm_smem[];
   return wavec_gemm_smem;
 }
 
 // cp.async (sm_80 on): a 4-byte copy from global to shared memory that holds no register while in flight.
-// An invalid source writes 0 and reads nothing (src-size 0, as CUTLASS's cp_async_zfill; its address stays
-// one inside or next to the operand). Each thread closes one group a chunk (cp_async_commit) and waits until
+// The source's floats past CopySource::floats are written 0 and not read (src-size, as CUTLASS's
+// cp_async_zfill); a copy of none reads nothing, so its address (up to a chunk past the operand's rows or k)
+// is never dereferenced. Each thread closes one group a chunk (cp_async_commit) and waits until
 // at most N of its groups are in flight.
 struct CopySource {
   const float* at;
@@ -1485,8 +1490,9 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 }
 
 // Runs the task on a GEMM body and returns true: the tensor-core streaming GEMM for a tile it takes
-// (mma_stream_gemm: 9 to kMmaStreamRows rows, b n-contiguous in column vectors, long k, no prologue), else the
-// tiled GEMM for a tile of at least kTgM rows and a quarter of a block's columns, else the streaming GEMM's
+// (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM that the tiled GEMM declines; b n-contiguous in
+// column vectors, long k, no prologue), else the tiled GEMM for a tile of at least kTgMinRows rows and a
+// quarter of a block's columns, else the streaming GEMM's
 // narrow pass when b is n-contiguous (at most 32 column vectors a warp); or returns false with nothing done
 // (the lane-group body's tiles).
 __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long* __restrict__ p,
@@ -1505,7 +1511,10 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / kGemmCols : tile.n_cols) <= 32 * (blockDim.x / 32) &&
                       tile.M <= kTgM && tile.K >= 16 * lanes;
   // The tensor-core streaming GEMM takes a cohort's rows before the tiled GEMM and the narrow pass.
-  const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && tile.M <= kMmaStreamRows &&
+  // It takes a cohort's rows up to kMmaStreamRows, and the larger tiles (up to kTgM rows) the tiled GEMM
+  // declines, which would otherwise take the narrow pass (8 rows a pass, no tensor cores).
+  const bool mma_rows = tile.M <= kMmaStreamRows || (kMmaStreamRows > 0 && !tiled);
+  const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && mma_rows &&
                           MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
   if (!tiled && !stream) return false;
   const Prologue pro(t, arena_base, tile.prologue, tile.rank);

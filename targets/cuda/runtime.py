@@ -199,8 +199,13 @@ class CudaSession:
             cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self._func),
             "cuFuncGetAttribute",
         )
-        # The GEMM bodies' buffer is dynamic shared memory, past the 48 KB a launch may take unasked.
-        self._smem_bytes = codegen.gemm_smem_bytes(self._block_threads)
+        # The GEMM bodies' buffer is dynamic shared memory, past the 48 KB a launch may take unasked: as many
+        # bytes as the module itself says it needs (a cubin built elsewhere may have other stages).
+        symbol, _ = check(cu.cuModuleGetGlobal(self._module, codegen.GEMM_SMEM_SYMBOL.encode()),
+                          f"cuModuleGetGlobal({codegen.GEMM_SMEM_SYMBOL})")
+        word = np.zeros(1, np.uint32)
+        check(cu.cuMemcpyDtoH(word.ctypes.data, symbol, word.nbytes), f"read {codegen.GEMM_SMEM_SYMBOL}")
+        self._smem_bytes = int(word[0])
         check(cu.cuFuncSetAttribute(self._func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     self._smem_bytes), f"cuFuncSetAttribute({self._smem_bytes} bytes of dynamic shared memory)")
         per_sm = check(
