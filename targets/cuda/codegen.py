@@ -942,8 +942,9 @@ __device__ __forceinline__ void tg_products(const float* stage, unsigned wm, uns
 //   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
 // Ops::kBAlongK says which way B lies (TgWalkB, tg_b_offset), Ops::kVec the floats a copy; kBTf32, that B's
 // values are TF32 numbers (tg_products). Chunks are copied kTgStages - 1 ahead, so their loads' latency
-// overlaps the products of the chunks before (one chunk ahead in registers, a chunk of duplex:1b's
-// 32,000-column head took 2.45 us, of which ~0.86 us issue). Every thread of the block calls it.
+// overlaps the products of the chunks before: a chunk of duplex:1b's 32,000-column head took 2.45 us one chunk
+// ahead in registers, ~1.7 us so, where its instructions issue in ~0.6 us and its mma run in ~0.44 at the
+// measured mma.sync rate (bench/mma_rate.py; bench/RESULTS.md twelfth run). Every thread of the block calls it.
 template <bool kBTf32, class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
   constexpr bool kAlongK = Ops::kBAlongK;
