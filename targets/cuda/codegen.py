@@ -192,11 +192,11 @@ TILED_GEMM_STAGES = 4  # kTgStages: chunks the tiled GEMM stages at once
 
 def gemm_smem_bytes(threads: int) -> int:
     """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks needs (it exports the number as
-    GEMM_SMEM_SYMBOL, which the runtime launches with): the GEMM bodies' buffer (kGemmSmemFloats), the tiled GEMM's TILED_GEMM_STAGES stages (a kTgM x kTgLd A chunk and
-    its B chunk, k-major or n-major) or the streaming GEMMs' threads x 8 floats, the larger. The kernel's
-    static_assert checks this number against its own geometry, so the two cannot drift. 512 threads:
-    4 x 8,960 floats, 143,360 bytes, of the H200's 227 KB a block (CUDA C++ Programming Guide, compute
-    capability 9.0)."""
+    GEMM_SMEM_SYMBOL, which the runtime launches with): the GEMM bodies' buffer (kGemmSmemFloats), the tiled
+    GEMM's TILED_GEMM_STAGES stages (a kTgM x kTgLd A chunk and its B chunk, k-major or n-major) or the
+    streaming GEMMs' threads x 8 floats, the larger. The kernel's static_assert checks this number against
+    its own geometry, so the two cannot drift. 512 threads: 4 x 8,960 floats, 143,360 bytes, of the H200's
+    227 KB a block (CUDA C++ Programming Guide, compute capability 9.0)."""
     tg_m, tg_k = 64, 64 if threads == 512 else 32
     tg_n, ld = 16 * (threads // 32 // (tg_m // 16)), tg_k + 4
     fits = threads % 128 == 0 and threads <= 1024 and tg_m * tg_k % threads == 0
@@ -869,7 +869,11 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big
 constexpr int kTgLdN = kTgN + 8;
 constexpr int kTgStageFloats = kTgM * kTgLd + (kTgN * kTgLd > kTgK * kTgLdN ? kTgN * kTgLd : kTgK * kTgLdN);
 template <bool kAlongK>
-__device__ __forceinline__ unsigned tg_b_offset(unsigned n, unsigned k) { return kAlongK ? n * kTgLd + k : k * kTgLdN + n; }
+constexpr int kTgLdB = kAlongK ? kTgLd : kTgLdN;  // the pitch of B's staged rows (n's, or k's)
+template <bool kAlongK>
+__device__ __forceinline__ unsigned tg_b_offset(unsigned n, unsigned k) {
+  return kAlongK ? n * kTgLdB<kAlongK> + k : k * kTgLdB<kAlongK> + n;
+}
 
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
 // the streaming GEMMs' (kSvSmemFloats). Dynamic shared memory, past the 48 KB a static array may take: the
@@ -887,7 +891,7 @@ __device__ __forceinline__ float* gemm_smem() {
   return wavec_gemm_smem;
 }
 
-// cp.async (sm_80 on): a 4-byte copy from global to shared memory that holds no register while in flight.
+// cp.async (sm_80 on): a 4- or 16-byte copy from global to shared memory that holds no register in flight.
 // The source's floats past CopySource::floats are written 0 and not read (src-size, as CUTLASS's
 // cp_async_zfill); a copy of none reads nothing, so its address (up to a chunk past the operand's rows or k)
 // is never dereferenced. Each thread closes one group a chunk (cp_async_commit) and waits until
@@ -965,7 +969,7 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
       for (int i = 0; i < WalkA::kCopies; ++i) cp_async<W>(As + WalkA::row(i) * kTgLd + WalkA::col(), ops.a_source(i, c * kTgK));
 #pragma unroll
       for (int i = 0; i < WalkB::kCopies; ++i)
-        cp_async<W>(Bs + WalkB::row(i) * (kAlongK ? kTgLd : kTgLdN) + WalkB::col(), ops.b_source(i, n0, c * kTgK));
+        cp_async<W>(Bs + WalkB::row(i) * kTgLdB<kAlongK> + WalkB::col(), ops.b_source(i, n0, c * kTgK));
     }
     cp_async_commit();
   };
@@ -1493,9 +1497,8 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 // Runs the task on a GEMM body and returns true: the tensor-core streaming GEMM for a tile it takes
 // (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM that the tiled GEMM declines; b n-contiguous in
 // column vectors, long k, no prologue), else the tiled GEMM for a tile of at least kTgMinRows rows and a
-// quarter of a block's columns, else the streaming GEMM's
-// narrow pass when b is n-contiguous (at most 32 column vectors a warp); or returns false with nothing done
-// (the lane-group body's tiles).
+// quarter of a block's columns, else the streaming GEMM's narrow pass when b is n-contiguous (at most 32
+// column vectors a warp); or returns false with nothing done (the lane-group body's tiles).
 __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long* __restrict__ p,
                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
   MatmulTile tile;
@@ -1511,9 +1514,9 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   const unsigned lanes = lanes_for(tile.M * tile.n_cols, 32);
   const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / kGemmCols : tile.n_cols) <= 32 * (blockDim.x / 32) &&
                       tile.M <= kTgM && tile.K >= 16 * lanes;
-  // The tensor-core streaming GEMM takes a cohort's rows before the tiled GEMM and the narrow pass.
-  // It takes a cohort's rows up to kMmaStreamRows, and the larger tiles (up to kTgM rows) the tiled GEMM
-  // declines, which would otherwise take the narrow pass (8 rows a pass, no tensor cores).
+  // The tensor-core streaming GEMM takes a cohort's rows up to kMmaStreamRows, and the larger tiles (up to
+  // kTgM rows: `stream`) the tiled GEMM declines, which would otherwise take the narrow pass (8 rows a pass,
+  // no tensor cores).
   const bool mma_rows = tile.M <= kMmaStreamRows || (kMmaStreamRows > 0 && !tiled);
   const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && mma_rows &&
                           MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
@@ -1597,7 +1600,7 @@ struct ConvTileOps {
   const Epilogue& ep;
   const float* xrow[WalkA::kCopies];  // this thread's A rows: their session's x (the first session's past M, never read)
   int pos0[WalkA::kCopies];           // and where their time step's window starts (t * stride - pad)
-  unsigned rows_in;              // bit i: A row i lies inside the tile
+  unsigned rows_in;                   // bit i: A row i lies inside the tile
 
   __device__ __forceinline__ Row row(unsigned m) const { return Row{session_begin + m / T, m % T, m < M}; }
   __device__ __forceinline__ void start_rows(unsigned m0) {
