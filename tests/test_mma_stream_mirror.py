@@ -1,5 +1,6 @@
 """The tensor-core streaming GEMM's index arithmetic (targets/cuda/codegen.py: MmaStreamLayout and
-mma_stream_gemm, run by matmul_gemm_body for tiles of more than kSvRows and at most kMmaStreamRows rows),
+mma_stream_gemm, run by matmul_gemm_body for tiles of more than kSvRows and at most kMmaStreamRows rows, and
+of up to 64 that the tiled GEMM declines),
 mirrored in numpy warp by warp and lane by lane: which A and b values each lane loads at each step of its
 slice (k stored (2q, 2q + 1) for the fragments' logical (q, q + 4), column 4c + t of a group as n8 tile t's
 column c), how the PTX ISA's m16n8k8 .tf32 layouts place them (test_tiled_gemm_mirror.PTX_A / PTX_B), the
@@ -108,8 +109,8 @@ def mma_stream_gemm(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
 
 CASES = [  # (M, K, n_cols, threads): what they stand for
     (32, 4096, 32, 512),   # duplex:1b's output projections in tiles of 32 sessions
-    (64, 2048, 44, 512),   # its MLP's up projection at 64 sessions: four row groups, two column groups
-    (64, 2048, 16, 512),   # bench/gemm.py at 64 sessions: half of each lane group's columns idle
+    (64, 2048, 44, 512),   # 64 rows (the tiled GEMM's since the twelfth run): four row groups, two column groups
+    (64, 2048, 16, 512),   # half of each lane group's columns idle
     (20, 1100, 64, 512),   # rows and k of no round size: a partial row group, a partial last step
     (9, 1030, 128, 512),   # four column groups of four slices, a partial last step
     (40, 1000, 128, 512),  # 4 column x 3 row groups: one slice each, no tree, 4 warps idle
