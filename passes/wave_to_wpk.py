@@ -125,9 +125,11 @@ def tile_sizes(sessions: int, elems: int, workers: int, min_elems: int) -> tuple
     return s_per, math.ceil(elems / e_chunks)
 
 
-def tiles(sessions: int, elems: int, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
-    """(s0, s1, e0, e1) tiles covering sessions x elems, of `tile_sizes`."""
+def tiles(sessions: int, elems: int, workers: int, min_elems: int, row: int = 1) -> list[tuple[int, int, int, int]]:
+    """(s0, s1, e0, e1) tiles covering sessions x elems, of `tile_sizes`, their element ranges whole multiples of
+    `row` elements (but the last)."""
     s_per, e_per = tile_sizes(sessions, elems, workers, min_elems)
+    e_per = -(-e_per // row) * row
     return [
         (s, min(s + s_per, sessions), e, min(e + e_per, elems))
         for s in range(0, sessions, s_per)
@@ -296,10 +298,10 @@ class _Lowering:
                 continue
             min_elems = max(self.min_elems, self.min_work // max(1, flops_per_element(params)))
             tasks.append(wpk.TasksOp(opcode, [(i.buffer, i.offset) for i in ins], (out.buffer, out.offset), words,
-                                     self.tiles(params, ins, sessions, min_elems, workers)))
+                                     self.tiles(params, ins, out, sessions, min_elems, workers)))
         return wpk.PhaseOp(name, op, tasks)
 
-    def tiles(self, params, ins: list[Loc], sessions: int, min_elems: int,
+    def tiles(self, params, ins: list[Loc], out: Loc, sessions: int, min_elems: int,
               workers: int) -> list[tuple[int, int, int, int]]:
         if isinstance(params, MatmulParams):
             cols = params.shape[-1]
@@ -309,6 +311,10 @@ class _Lowering:
             return per_session_b_tiles(sessions, rows, cols, workers, min_elems, rows_per_b(params))
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, workers, min_elems)
+        if isinstance(params, EwiseParams) and out in ins and len(params.shape) >= 2:
+            # An update in place (a ring write) walks only the rows its condition selects in a tile of whole
+            # rows (targets/cuda/tvm_ewise.py flagged_rows).
+            return tiles(sessions, params.n_elems, workers, min_elems, row=params.n_elems // params.shape[0])
         return tiles(sessions, params.n_elems, workers, min_elems)
 
     def ewise_part(self, expr: str, ins: list[Loc], out: Loc, shape: tuple[int, ...]) -> tuple:

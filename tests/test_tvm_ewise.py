@@ -179,12 +179,13 @@ def _view(base: np.ndarray, mid: int):
 
 
 def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng, keep: int = -1, per_session: tuple[int, ...] = (),
-                  max_dim: int = 4, threads: int = BLOCK_THREADS) -> None:
+                  max_dim: int = 4, threads: int = BLOCK_THREADS, per_row: tuple[int, ...] = ()) -> None:
     """The CPU build of the body against eval_expr. ``keep >= 0``: the body keeping that input of a select
     (wpk-payload gives it to a task whose input is its own output): it must store the select's value where
     the condition holds and leave the other elements as they were, without reading input ``keep`` (here
     all NaN, apart from the output). Inputs in ``per_session`` hold one value a session (element strides 0),
-    as a reset's flag does. Dims are drawn from 1 to ``max_dim``; ``threads``: the block the body is built for
+    as a reset's flag does; inputs in ``per_row`` one value a row (strides 0 after axis 0), as a ring write's
+    slot index and position do. Dims are drawn from 1 to ``max_dim``; ``threads``: the block the body is built for
     (a few make tiles of several EWISE_BATCH batches a thread)."""
     expr = parse_expr(expr_text)
     shape = tuple(int(d) for d in rng.integers(1, max_dim + 1, size=rank))
@@ -192,6 +193,10 @@ def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng, keep: int = -1,
     sessions = 3
     begin = int(rng.integers(0, n))
     end = int(rng.integers(begin + 1, n + 1))
+    if per_row and rng.random() < 0.5:  # a tile of whole rows: the body's row walk
+        row = n // shape[0]
+        first = int(rng.integers(0, shape[0]))
+        begin, end = first * row, int(rng.integers(first + 1, shape[0] + 1)) * row
     # Output: contiguous per session, sessions apart by n + 5 (gaps must stay untouched).
     out_strides = [int(s) for s in np.cumprod((1,) + shape[::-1])[:-1][::-1]]
     out_sstride = n + 5
@@ -201,7 +206,7 @@ def _check_on_cpu(expr_text: str, rank: int, n_inputs: int, rng, keep: int = -1,
         for d in range(rank):
             kind = rng.integers(0, 3)  # 0: broadcast, 1: forward, 2: reversed
             # A per-session input may still have a stride along an axis of size 1 (wave-to-wpk gives its flag one).
-            per = k in per_session and shape[d] > 1
+            per = (k in per_session or k in per_row and d > 0) and shape[d] > 1
             st.append(0 if kind == 0 or per else int(rng.integers(1, 7)) * (1 if kind == 1 else -1))
         ss = int(rng.choice([0, 97, -97]))  # shared by sessions, or one slot per session either way
         reach = sum(abs(s) * (d - 1) for s, d in zip(st, shape)) + abs(ss) * (sessions - 1)
@@ -283,6 +288,19 @@ def test_a_body_keeping_its_output_stores_only_where_the_condition_holds(expr_te
         for per_session in ((), (0,)):
             for _ in range(3):
                 _check_on_cpu(expr_text, rank, keep + 1, rng, keep=keep, per_session=per_session, max_dim=24)
+
+
+@pytest.mark.parametrize("threads", [1, 3, BLOCK_THREADS])
+def test_a_ring_write_stores_only_the_rows_whose_condition_holds(threads):
+    """A ring write's condition, eq(iota, fmod(pos, C)), holds one value a row: in a tile of whole rows of
+    at least ROW_LANES elements the body evaluates it once a row and stores only the rows where it holds
+    (`flagged_rows`); tiles that start or end inside a row and shorter rows take the element walk. 30% of
+    the slots equal the position, so several rows of a session may hold."""
+    rng = np.random.default_rng(threads)
+    for rank in (2, 3):
+        for _ in range(8):
+            _check_on_cpu("select(eq(%0, fmod(%1, 4.0)), %2, %3)", rank, 4, rng, keep=3, per_row=(0, 1), max_dim=40,
+                          threads=threads)
 
 
 def test_only_a_select_can_keep_an_input():

@@ -202,6 +202,30 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
+// A ring write in place is tiled in whole rows of the cache (the body evaluates its condition once a row and
+// stores only the selected row, targets/cuda/tvm_ewise.py flagged_rows): 2 sessions on 4 workers split each
+// session's 5 x 4096 elements in two, 3 rows a tile where an even split would make 2.5. The doubling after
+// it is split evenly.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @ring_rows() {
+    %c = wave.state "kv" {cohort_axis = 0 : i64} : tensor<2x5x4096xf32>
+    %i = wave.weight "iota" : tensor<5x1xf32>
+    %p = wave.input "pos" {cohort_axis = 0 : i64} : tensor<2x1x1xf32>
+    %n = wave.input "new" {cohort_axis = 0 : i64} : tensor<2x1x4096xf32>
+    %c1 = wave.ewise "select(eq(%0, fmod(%1, 5.0)), %2, %3)"(%i, %p, %n, %c) : (tensor<5x1xf32>, tensor<2x1x1xf32>, tensor<2x1x4096xf32>, tensor<2x5x4096xf32>) -> tensor<2x5x4096xf32>
+    %d = wave.ewise "mul(%0, 2.0)"(%c1) : (tensor<2x5x4096xf32>) -> tensor<2x5x4096xf32>
+    wave.state_write "kv", %c1 : tensor<2x5x4096xf32>
+    wave.output "d", %d {cohort_axis = 0 : i64} : tensor<2x5x4096xf32>
+    func.return
+  }
+}
+// CHECK:       wpk.phase "ewise_4"
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "s.kv", {{.*}}elems = array<i64: 0, 12288, 12288, 20480, 0, 12288, 12288, 20480>}
+// CHECK:       wpk.phase "ewise_5"
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}elems = array<i64: 0, 10240, 10240, 20480, 0, 10240, 10240, 20480>}
+
+// -----
+
 // The first version is also an output, and outputs are copied after the graph: the second write may not
 // write over it, so neither select writes the state in place, and the state write copies.
 builtin.module attributes {wave.cohort = 2 : i64} {

@@ -4,7 +4,8 @@ For each distinct (expression, rank, n_inputs, keep) of a profile's EWISE tasks 
 numbered by wpk-payload) this module builds one TensorIR PrimFunc over one task tile and lets TVM emit its
 CUDA for sm_90; a text pass turns the kernel into a ``__device__`` function of the persistent kernel. A body
 that keeps input k (``select(c, a, %k)``, input k being the output) stores only where c holds
-(`ewise_primfunc`).
+(`ewise_primfunc`): where c holds one value a session (a reset's flag) or a row (a ring write's slot) it is
+evaluated once a session or a row, not at every element.
 
 The tile (the semantics of wavec.opcodes.EwiseParams, for the sessions of one payload):
 
@@ -45,6 +46,9 @@ FUNC_NAME = "ewise_tile"  # the PrimFunc's global symbol; TVM names the kernel F
 # ~32 KB that 4.2 TB/s over 132 SMs needs at ~1 us of latency (Little's law; duplex:1b's large EWISE
 # phases moved 0.4-0.5 TB/s so, bench/RESULTS.md ninth run).
 EWISE_BATCH = 4
+# Threads that walk one row of a kept-input body whose condition holds one value a row (`flagged_rows`): a
+# warp, so the condition's loads are one broadcast and its branch is uniform.
+ROW_LANES = 32
 
 
 def available() -> bool:
@@ -176,6 +180,7 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
             IRBuilder.name("out", out)
             n = end - begin
             read = expr.inputs() if keep < 0 else expr.args[0].inputs() | expr.args[1].inputs()
+            cond_reads = expr.args[0].inputs() if keep >= 0 else set()
 
             def element_offsets(sess, e):
                 """Session ``sess``'s element ``begin + e``: its offsets in each input and in the output."""
@@ -219,15 +224,16 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                 for vals, (_, out_at) in zip(values, offsets):
                     store(vals, out_at, guarded)
 
-            def elements(tx, count, place, guarded: bool) -> None:
-                """Elements 0 .. count - 1 of the block's walk, element w at ``place(w)`` (session, element):
-                whole batches of EWISE_BATCH a thread first, then the rest one a thread."""
-                batch = threads * EWISE_BATCH
+            def elements(tx, count, place, guarded: bool, walkers: int = threads) -> None:
+                """Elements 0 .. count - 1 of a walk by ``walkers`` threads (the block, or a row's lanes), ``tx``
+                the thread's place among them, element w at ``place(w)`` (session, element): whole batches of
+                EWISE_BATCH a thread first, then the rest one a thread."""
+                batch = walkers * EWISE_BATCH
                 with T.serial(T.truncdiv(count, batch)) as i:
-                    batch_of_elements([place(i * batch + u * threads + tx) for u in range(EWISE_BATCH)], guarded)
+                    batch_of_elements([place(i * batch + u * walkers + tx) for u in range(EWISE_BATCH)], guarded)
                 done = T.truncdiv(count, batch) * batch
-                with T.serial((count - done + (threads - 1)) // threads) as i:
-                    w = done + i * threads + tx
+                with T.serial((count - done + (walkers - 1)) // walkers) as i:
+                    w = done + i * walkers + tx
                     with T.If(w < count):
                         with T.Then():
                             tile_element(*place(w), guarded)
@@ -244,11 +250,66 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                         with T.Then():
                             elements(tx, n, lambda e: (sess, e), False)
 
+            def row_elements():
+                """Elements of one row: the product of the dims after the first."""
+                inner = dims[1]
+                for d in range(2, rank):
+                    inner = inner * dims[d]
+                return inner
+
+            def flagged_rows(tx) -> None:
+                """Only the rows (index along axis 0) whose condition holds, in a tile of whole rows:
+                ROW_LANES threads evaluate it once for each row and, where it holds, store the row. A ring
+                write evaluates 1,024 conditions a session and stores one row, where the element walk
+                evaluates the condition at every element of the cache."""
+                inner = row_elements()
+                rows = T.truncdiv(end - begin, inner)
+                lanes = sessions * rows * ROW_LANES
+                with T.serial((lanes + (threads - 1)) // threads) as i:
+                    w = i * threads + tx
+                    with T.If(w < lanes):
+                        with T.Then():
+                            sess = T.Cast("int64", T.truncdiv(w, rows * ROW_LANES))
+                            first = T.truncmod(T.truncdiv(w, ROW_LANES), rows) * inner
+                            in_at, _ = element_offsets(sess, first)
+                            cond = _tir_value(expr.args[0], [ins[k][in_at[k]] if k in cond_reads else None
+                                                             for k in range(n_inputs)])
+                            with T.If(cond != T.float32(0.0)):
+                                with T.Then():
+                                    elements(T.truncmod(w, ROW_LANES), inner, lambda e: (sess, first + e), False,
+                                             walkers=ROW_LANES)
+
+            def constant_along_rows(k):
+                """Input k holds one value a row: no stride along an axis after the first longer than 1."""
+                holds = T.Or(in_strides[k][1] == T.int64(0), dims[1] == 1)
+                for d in range(2, rank):
+                    holds = T.And(holds, T.Or(in_strides[k][d] == T.int64(0), dims[d] == 1))
+                return holds
+
+            def rows_or_elements(tx) -> None:
+                """`flagged_rows` where the tile is whole rows, the condition's inputs hold one value a row and a
+                row fills the ROW_LANES threads that walk it; the element walk otherwise. wave-to-wpk tiles an
+                update in place in whole rows (a tile's partial rows made TVM 0.27's RemoveNoOp fail a
+                division check)."""
+                if keep < 0 or rank < 2:
+                    every_element(tx)
+                    return
+                inner = row_elements()
+                by_rows = T.And(T.int32(ROW_LANES) <= inner,
+                                T.And(T.truncmod(begin, inner) == 0, T.truncmod(end, inner) == 0))
+                for k in sorted(cond_reads):
+                    by_rows = T.And(by_rows, constant_along_rows(k))
+                with T.If(by_rows):
+                    with T.Then():
+                        flagged_rows(tx)
+                    with T.Else():
+                        every_element(tx)
+
             flag = session_flag_input(expr, keep)
             outer = T.thread_binding(threads, thread="threadIdx.x") if bind_threads else T.serial(threads)
             with outer as tx:
                 if flag is None:
-                    every_element(tx)
+                    rows_or_elements(tx)
                 elif rank == 0:
                     flagged_sessions(tx, flag)
                 else:
@@ -261,7 +322,7 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                         with T.Then():
                             flagged_sessions(tx, flag)
                         with T.Else():
-                            every_element(tx)
+                            rows_or_elements(tx)
     return ib.get()
 
 
