@@ -544,6 +544,15 @@ class ReshapeOp(IRDLOperation):
             raise VerifyException(f"wave.reshape: {list(shape_of(self.x))} ({a} elements) cannot become {list(shape_of(self.result))} ({b})")
 
 
+def weight_source(value: SSAValue) -> WeightOp | None:
+    """The `wave.weight` whose values ``value`` holds, read through transposes and reshapes (which keep
+    them), or None when ``value`` is computed."""
+    op = value.owner
+    while isinstance(op, (TransposeOp, ReshapeOp)):
+        op = op.x.owner
+    return op if isinstance(op, WeightOp) else None
+
+
 COMPUTE_OPS = (EwiseOp, MatmulOp, ConvOp, ReduceOp, ConcatOp, SliceOp, TransposeOp, ReshapeOp)
 BOUNDARY_OPS = (InputOp, WeightOp, StateOp, StateWriteOp, OutputOp)
 

@@ -100,6 +100,15 @@ def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tup
     return tuple(strides[1:] if per_session else strides)
 
 
+# The smallest matrix of a per-session b (bytes) whose rows get tiles of their own for the streaming GEMM when
+# the MATMUL has no prologue: the GEMM costs a tile ~15 us whatever its size, so duplex:1b's encoder scores
+# (one head's q against its 128 x 64 keys, 32 KB) ran 1,152 tiles of 15 us a phase at 96 sessions, 4.0 ms a
+# beat, and 1.3 ms as 384 lane-group tiles. With a prologue (P @ V's softmax, before wave-fuse stopped fusing
+# it) lane groups were slower: 4.5 -> 6.4 ms. Sending the TTS's 128 KB matrices to lane groups too made the beat at 128 sessions
+# 76.1 -> 105.4 ms (bench/RESULTS.md thirteenth run).
+STREAM_MIN_B_BYTES = 65536
+
+
 def tile_sizes(sessions: int, elems: int, workers: int, min_elems: int) -> tuple[int, int]:
     """(sessions, elements) per tile of `tiles`: sessions split first, elements (never below `min_elems` per
     tile) only when the cohort alone cannot fill the workers, into the number of pieces a session whose
@@ -137,12 +146,14 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int, row: int = 1)
     ]
 
 
-def per_session_b_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
-                        row_block: int) -> list[tuple[int, int, int, int]]:
+def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: int, min_elems: int,
+                        row_block: int, has_prologue: bool) -> list[tuple[int, int, int, int]]:
     """Tiles of a MATMUL whose b is per session: `row_tiles` when the cohort leaves one session a tile (the
-    GEMM bodies take a per-session b only then), else `tiles`, whose fewer tiles the lane-group body runs (row
+    GEMM bodies take a per-session b only then) and the streaming GEMM is worth its cost (one matrix of b holds
+    STREAM_MIN_B_BYTES or more, or a prologue), else `tiles`, whose fewer tiles the lane-group body runs (row
     cuts had raised duplex:1b's tasks at 132 sessions from 413,906 to 505,778 for nothing)."""
-    if tile_sizes(sessions, rows * cols, workers, min_elems)[0] == 1:
+    worth_streaming = has_prologue or k * cols * 4 >= STREAM_MIN_B_BYTES
+    if tile_sizes(sessions, rows * cols, workers, min_elems)[0] == 1 and worth_streaming:
         return row_tiles(sessions, rows, cols, workers, min_elems, row_block)
     return tiles(sessions, rows * cols, workers, min_elems)
 
@@ -308,7 +319,8 @@ class _Lowering:
             rows = params.n_elems // cols
             if not ins[1].per_session:
                 return weight_gemm_tiles(sessions, rows, cols, params.k, workers, min_elems)
-            return per_session_b_tiles(sessions, rows, cols, workers, min_elems, rows_per_b(params))
+            return per_session_b_tiles(sessions, rows, cols, params.k, workers, min_elems, rows_per_b(params),
+                                       params.prologue != NO_PROLOGUE)
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, workers, min_elems)
         if isinstance(params, EwiseParams) and out in ins and len(params.shape) >= 2:
@@ -398,10 +410,8 @@ def _matmul_operand_strides(own: tuple[int, ...], shape: tuple[int, ...], full: 
 
 def _is_bf16_weight(value: SSAValue) -> bool:
     """Whether ``value`` is a bf16 weight's, read through transposes and reshapes (which keep its values)."""
-    op = value.owner
-    while isinstance(op, (wave.TransposeOp, wave.ReshapeOp)):
-        op = op.x.owner
-    return isinstance(op, wave.WeightOp) and op.is_bf16
+    weight = wave.weight_source(value)
+    return weight is not None and weight.is_bf16
 
 
 def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) -> tuple:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from wavec.opcodes import GEMM_COLS, ConvParams
-from wavec.passes.wave_to_wpk import (per_session_b_tiles, row_tiles, rows_per_b, tiles, weight_conv_tiles,
+from wavec.passes.wave_to_wpk import (STREAM_MIN_B_BYTES, per_session_b_tiles, row_tiles, rows_per_b, tiles, weight_conv_tiles,
                                       weight_gemm_tiles)
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
@@ -159,7 +159,7 @@ def test_per_session_b_cuts_rows_only_for_one_session_tiles(sessions):
     """duplex:1b's ring attention context (16 rows of 128, 4 a head): up to one session a worker, tiles of one
     session and whole rows of one head; past it (several sessions a tile, which the GEMM bodies refuse for a
     per-session b), tiles of several sessions, no more than the unaligned split makes."""
-    got = per_session_b_tiles(sessions, 16, 128, 132, 8, 4)
+    got = per_session_b_tiles(sessions, 16, 128, 1024, 132, 8, 4, False)
     seen = np.zeros((sessions, 16 * 128), np.int64)
     for s0, s1, e0, e1 in got:
         seen[s0:s1, e0:e1] += 1
@@ -170,6 +170,22 @@ def test_per_session_b_cuts_rows_only_for_one_session_tiles(sessions):
     else:
         assert min(s1 - s0 for s0, s1, _, _ in got) > 1
         assert len(got) <= len(tiles(sessions, 16 * 128, 132, 8))
+
+
+@pytest.mark.parametrize("k, cols, has_prologue, rows_cut", [(64, 128, False, False),  # encoder scores: 32 KB
+                                                             (128, 64, True, True),  # with a prologue
+                                                             (64, 512, False, True)])  # decoder scores: 128 KB
+def test_the_streaming_gemm_takes_a_small_per_session_b_only_with_a_prologue(k, cols, has_prologue, rows_cut):
+    """duplex:1b's encoder attention at 96 sessions (12 heads of one row each): the scores' b matrices (64 x
+    128 floats) are under STREAM_MIN_B_BYTES, so their tiles are the lane-group body's flat ranges across
+    heads, not 12 one-row tiles a session; with a prologue (which the streaming GEMM applies once per staged
+    value, lane groups once per output) the same matrices keep one-row tiles, and so do larger matrices."""
+    assert 64 * 128 * 4 < STREAM_MIN_B_BYTES <= 64 * 512 * 4
+    got = per_session_b_tiles(96, 12, cols, k, 132, 8, 1, has_prologue)
+    one_row = all(e1 - e0 <= cols and e0 // cols == (e1 - 1) // cols for _, _, e0, e1 in got)
+    assert one_row == rows_cut
+    if not rows_cut:
+        assert got == tiles(96, 12 * cols, 132, 8)
 
 
 @pytest.mark.parametrize("sessions, pieces, waves", [(1, 132, 1), (3, 44, 1), (8, 16, 1), (64, 2, 1), (96, 4, 3),

@@ -184,6 +184,25 @@ func.func @no_prologue_when_normalized_tensor_has_second_use() {
 
 // -----
 
+// Attention's P @ V: P, the softmax of the scores, feeds a matmul of two computed operands, which may run on
+// the lane-group body (a prologue there is applied once per output column), so P is stored, not fused.
+func.func @no_prologue_against_a_computed_b() {
+  %s = wave.input "s" : tensor<2x1x8xf32>
+  %v = wave.input "v" : tensor<2x8x4xf32>
+  %m = wave.reduce "max" %s {axes = array<i64: 2>, keepdims = true} : (tensor<2x1x8xf32>) -> tensor<2x1x1xf32>
+  %e = wave.ewise "exp(sub(%0, %1))"(%s, %m) : (tensor<2x1x8xf32>, tensor<2x1x1xf32>) -> tensor<2x1x8xf32>
+  %z = wave.reduce "sum" %e {axes = array<i64: 2>, keepdims = true} : (tensor<2x1x8xf32>) -> tensor<2x1x1xf32>
+  %p = wave.ewise "div(%0, %1)"(%e, %z) : (tensor<2x1x8xf32>, tensor<2x1x1xf32>) -> tensor<2x1x8xf32>
+  %o = wave.matmul %p, %v : (tensor<2x1x8xf32>, tensor<2x8x4xf32>) -> tensor<2x1x4xf32>
+  wave.output "o", %o : tensor<2x1x4xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @no_prologue_against_a_computed_b
+// CHECK:         %p = wave.ewise "div(%0, %1)"(%e, %z)
+// CHECK-NEXT:    %o = wave.matmul %p, %v : (tensor<2x1x8xf32>, tensor<2x8x4xf32>) -> tensor<2x1x4xf32>
+
+// -----
+
 // A layer norm with a scale and a shift reads d, the row sums, g and b: with a and b of the matmul that
 // is five input slots, more than a task has (4), so the normalizing ewise stays.
 func.func @no_prologue_when_slots_exceed() {
