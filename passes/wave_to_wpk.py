@@ -148,12 +148,13 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int, row: int = 1)
 
 def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: int, min_elems: int,
                         row_block: int, has_prologue: bool) -> list[tuple[int, int, int, int]]:
-    """Tiles of a MATMUL whose b is per session: `row_tiles` when the cohort leaves one session a tile (the
-    GEMM bodies take a per-session b only then) and the streaming GEMM is worth its cost (one matrix of b holds
-    STREAM_MIN_B_BYTES or more, or a prologue), else `tiles`, whose fewer tiles the lane-group body runs (row
-    cuts had raised duplex:1b's tasks at 132 sessions from 413,906 to 505,778 for nothing)."""
-    worth_streaming = has_prologue or k * cols * 4 >= STREAM_MIN_B_BYTES
-    if tile_sizes(sessions, rows * cols, workers, min_elems)[0] == 1 and worth_streaming:
+    """Tiles of a MATMUL whose b is per session: `row_tiles` (one session a tile, the only tiles the GEMM bodies
+    take with a per-session b) when the streaming GEMM is worth its cost (one matrix of b holds
+    STREAM_MIN_B_BYTES or more, or a prologue), else `tiles`, whose fewer tiles the lane-group body runs. A
+    cohort of more sessions than workers gets one-session tiles too: at 136 sessions on 132 workers, tiles of
+    two sessions sent duplex:1b's decoder attention to lane groups, 192 ms a beat (bench/RESULTS.md thirteenth
+    run)."""
+    if has_prologue or k * cols * 4 >= STREAM_MIN_B_BYTES:
         return row_tiles(sessions, rows, cols, workers, min_elems, row_block)
     return tiles(sessions, rows * cols, workers, min_elems)
 
@@ -171,11 +172,11 @@ def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
     """Tiles of a MATMUL's rows x cols outputs per session, as many as `tiles` makes but at most one wave, each
     whole rows or a part of one row (columns on GEMM_COLS): the form the kernel's GEMM bodies take
     (targets/cuda/codegen.py single_b_tile), so a MATMUL whose b is per session (a ring cache) streams it
-    through the weight-streaming GEMM instead of the lane-group body. ``row_block``: how many consecutive rows
-    read one matrix of b (a ring cache's rows of one head); whole-row tiles never cross such a block, which can
-    take more than one wave."""
-    s_per, e_per = tile_sizes(sessions, rows * cols, workers, min_elems)
-    n_s = math.ceil(sessions / s_per)
+    through the weight-streaming GEMM instead of the lane-group body. One session a tile, however many sessions
+    the workers have. ``row_block``: how many consecutive rows read one matrix of b (a ring cache's rows of one
+    head); whole-row tiles never cross such a block, which can take more than one wave."""
+    s_per, e_per = 1, tile_sizes(sessions, rows * cols, workers, min_elems)[1]
+    n_s = sessions
     pieces = max(1, min(math.ceil(rows * cols / e_per), workers // n_s))  # a session's tiles, one wave at most
     if pieces <= rows:
         r_per = min(math.ceil(rows / pieces), row_block)

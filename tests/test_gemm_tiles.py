@@ -137,7 +137,8 @@ def test_row_tiles_are_whole_rows_or_part_of_one(sessions, rows, cols, workers, 
         else:
             assert e0 // cols == (e1 - 1) // cols and (e0 % cols) % GEMM_COLS == 0
     assert (seen == 1).all()
-    blocks = math.ceil(rows / row_block) * math.ceil(sessions / math.ceil(sessions / min(sessions, workers)))
+    assert {s1 - s0 for s0, s1, _, _ in got} == {1}
+    blocks = math.ceil(rows / row_block) * sessions
     assert len(got) <= max(len(tiles(sessions, rows * cols, workers, 8)), blocks)
 
 
@@ -154,22 +155,18 @@ def test_rows_per_b_counts_the_rows_after_bs_last_batch_dim():
     assert rows_per_b(params((0, 131072, 1, 128))) == 1
 
 
-@pytest.mark.parametrize("sessions", [8, 132, 1024])
-def test_per_session_b_cuts_rows_only_for_one_session_tiles(sessions):
-    """duplex:1b's ring attention context (16 rows of 128, 4 a head): up to one session a worker, tiles of one
-    session and whole rows of one head; past it (several sessions a tile, which the GEMM bodies refuse for a
-    per-session b), tiles of several sessions, no more than the unaligned split makes."""
+@pytest.mark.parametrize("sessions", [8, 132, 136, 1024])
+def test_per_session_b_tiles_are_one_session_and_whole_rows_of_one_head(sessions):
+    """duplex:1b's ring attention context (16 rows of 128, 4 a head, K = 1,024): tiles of one session and whole
+    rows of one head, the only tiles the GEMM bodies take with a per-session b, also past one session a worker
+    (136 sessions on 132 workers had got tiles of two, which sent it to the lane-group body)."""
     got = per_session_b_tiles(sessions, 16, 128, 1024, 132, 8, 4, False)
     seen = np.zeros((sessions, 16 * 128), np.int64)
     for s0, s1, e0, e1 in got:
         seen[s0:s1, e0:e1] += 1
     assert (seen == 1).all()
-    if sessions <= 132:
-        assert {s1 - s0 for s0, s1, _, _ in got} == {1}
-        assert all(e0 % 128 == 0 and e1 % 128 == 0 and e0 // 512 == (e1 - 1) // 512 for _, _, e0, e1 in got)
-    else:
-        assert min(s1 - s0 for s0, s1, _, _ in got) > 1
-        assert len(got) <= len(tiles(sessions, 16 * 128, 132, 8))
+    assert {s1 - s0 for s0, s1, _, _ in got} == {1}
+    assert all(e0 % 128 == 0 and e1 % 128 == 0 and e0 // 512 == (e1 - 1) // 512 for _, _, e0, e1 in got)
 
 
 @pytest.mark.parametrize("k, cols, has_prologue, rows_cut", [(64, 128, False, False),  # encoder scores: 32 KB
