@@ -104,8 +104,8 @@ def broadcast_strides(loc: Loc, full: tuple[int, ...], per_session: bool) -> tup
 # the MATMUL has no prologue: the GEMM costs a tile ~15 us whatever its size, so duplex:1b's encoder scores
 # (one head's q against its 128 x 64 keys, 32 KB) ran 1,152 tiles of 15 us a phase at 96 sessions, 4.0 ms a
 # beat, and 1.3 ms as 384 lane-group tiles. With a prologue (P @ V's softmax, before wave-fuse stopped fusing
-# it) lane groups were slower: 4.5 -> 6.4 ms. Sending the TTS's 128 KB matrices to lane groups too made the beat at 128 sessions
-# 76.1 -> 105.4 ms (bench/RESULTS.md thirteenth run).
+# it) lane groups were slower: 4.5 -> 6.4 ms. Sending the TTS's 128 KB matrices to lane groups too made the
+# beat at 128 sessions 76.1 -> 105.4 ms (bench/RESULTS.md thirteenth run).
 STREAM_MIN_B_BYTES = 65536
 
 
