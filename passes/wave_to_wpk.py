@@ -51,6 +51,7 @@ from wavec.opcodes import (
     ReduceParams,
     compile_expr,
     contiguous_strides,
+    decode_expr,
     kept_input,
     parse_expr,
 )
@@ -144,6 +145,18 @@ def tiles(sessions: int, elems: int, workers: int, min_elems: int, row: int = 1)
         for s in range(0, sessions, s_per)
         for e in range(0, elems, e_per)
     ]
+
+
+def selects_rows(params: EwiseParams) -> bool:
+    """Whether an EWISE ``select(c, a, %k)`` chooses whole rows (axis 0, longer than 1): c's inputs hold one
+    value a row. Written in place (a ring write of a [slots, heads, dim] cache), its body then evaluates c
+    once a row and stores only the rows where it holds, in a tile of whole rows (targets/cuda/tvm_ewise.py
+    flagged_rows), so its tiles are cut on rows."""
+    expr = decode_expr(params.code)
+    if kept_input(expr) < 0 or len(params.shape) < 2 or params.shape[0] == 1:
+        return False
+    return all(params.in_strides[k][d] == 0 or params.shape[d] == 1
+               for k in expr.args[0].inputs() for d in range(1, len(params.shape)))
 
 
 def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: int, min_elems: int,
@@ -324,9 +337,7 @@ class _Lowering:
                                        params.prologue != NO_PROLOGUE)
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, workers, min_elems)
-        if isinstance(params, EwiseParams) and out in ins and len(params.shape) >= 2:
-            # An update in place (a ring write) walks only the rows its condition selects in a tile of whole
-            # rows (targets/cuda/tvm_ewise.py flagged_rows).
+        if isinstance(params, EwiseParams) and out in ins and selects_rows(params):
             return tiles(sessions, params.n_elems, workers, min_elems, row=params.n_elems // params.shape[0])
         return tiles(sessions, params.n_elems, workers, min_elems)
 

@@ -195,3 +195,27 @@ def test_a_session_is_cut_into_the_pieces_that_end_soonest(sessions, pieces, wav
     got = tiles(sessions, 1 << 20, 132, 8)
     assert len({(e0, e1) for _, _, e0, e1 in got}) == pieces
     assert math.ceil(len(got) / 132) == waves
+
+
+RING_WRITE = "select(eq(%0, fmod(%1, 8.0)), %2, %3)"
+
+
+@pytest.mark.parametrize("shape, iota_strides, by_rows", [
+    ((8, 4, 16), (1, 0, 0), True),  # the builder's [slots, heads, dim] cache: a ring row is one slot
+    ((1, 8, 64), (0, 1, 0), False),  # an ONNX-style [1, slots, dim] cache: axis 0 is a batch of one
+    ((4, 8, 16), (0, 1, 0), False),  # a [heads, slots, dim] cache: the slot is axis 1
+])
+def test_a_ring_write_is_tiled_on_rows_only_where_its_body_walks_rows(shape, iota_strides, by_rows):
+    """selects_rows: the slot condition must hold one value along everything after axis 0 (and axis 0 be
+    longer than 1) for the body's row walk; otherwise the write keeps even tiles (a [1, C, D] cache had got one
+    tile a session, a [H, C, D] one whole heads)."""
+    from wavec.opcodes import EwiseParams, compile_expr, contiguous_strides, parse_expr
+    from wavec.passes.wave_to_wpk import selects_rows
+
+    full = contiguous_strides(shape)
+    params = EwiseParams(shape, full, (iota_strides, (0,) * 3, (0,) + full[1:], full),
+                         tuple(compile_expr(parse_expr(RING_WRITE))))
+    assert selects_rows(params) == by_rows
+    plain = EwiseParams(shape, full, (iota_strides, (0,) * 3, (0,) + full[1:]),
+                        tuple(compile_expr(parse_expr("add(%0, %2)"))))
+    assert not selects_rows(plain)
