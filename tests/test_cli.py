@@ -230,6 +230,15 @@ def test_bad_model_files_are_one_line(tmp_path, capsys, content, reason):
     assert not (tmp_path / "p").exists()
 
 
+def test_wave_ir_given_to_compile_points_to_wavec_opt(tmp_path, capsys):
+    path = tmp_path / "model.mlir"
+    path.write_text("func.func @f() {\n  func.return\n}\n")
+    assert wavec_main(["compile", str(path), "--sessions", "2", "-o", str(tmp_path / "p")]) == 1
+    msg = _error(capsys)
+    assert f"{path}: not a valid ONNX model" in msg and "run wave IR through wavec-opt" in msg
+    assert not (tmp_path / "p").exists()
+
+
 def test_model_path_is_a_directory(tmp_path, capsys):
     assert wavec_main(["compile", str(tmp_path), "--sessions", "2", "-o", str(tmp_path / "p")]) == 1
     assert "is a directory" in _error(capsys)

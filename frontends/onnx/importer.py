@@ -157,6 +157,8 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
     if not path.is_file():
         raise UnsupportedModelError(f"{path}: no such model file")
     fix = "export it again (torch.onnx.export) or check the download"
+    if path.suffix == ".mlir":
+        fix = "this frontend reads ONNX models (or a zoo NAME:PRESET); run wave IR through wavec-opt"
     if path.stat().st_size == 0:
         raise UnsupportedModelError(f"{path}: not a valid ONNX model (the file is empty); {fix}")
     try:
