@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import io
+import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
 
-from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from wavec.errors import WavecError
@@ -107,7 +109,13 @@ class WavecOptMain(xDSLOptMain):
         if self.args.output_file is not None and not self.args.output_file.strip():
             raise ValueError("-o: empty output path; name the file to write")
         _Buffer.last = None
-        super().run()
+        try:
+            super().run()
+        except VerifyException as e:
+            where = self._failing_op(e)
+            if not where:
+                raise
+            raise VerifyException(f"{where}{e}") from e
         if self.args.output_file is not None and _Buffer.last is not None:
             from pathlib import Path
 
@@ -119,6 +127,27 @@ class WavecOptMain(xDSLOptMain):
                 write_atomically(Path(self.args.output_file), lambda f: f.write(text), binary=False)
             except WavecError as e:
                 raise ValueError(str(e)) from e
+
+
+    def _failing_op(self, error: VerifyException) -> str:
+        """``FILE:LINE: %name = `` of the op whose verifier raised ``error``: xDSL's message names only the op's
+        kind, its note prints the module with the op marked (a ``^^^`` line under it). Empty when the note has
+        no mark or the op defines no result; the line only when one line of the input (comments aside)
+        defines that result."""
+        note = "\n".join(getattr(error, "__notes__", []))
+        lines = note.splitlines()
+        marked = next((lines[i - 1] for i in range(1, len(lines)) if re.match(r"\s*\^+", lines[i])), "")
+        m = re.match(r"\s*(%[\w$.-]+)(?::\d+)? = ", marked)
+        if m is None:
+            return ""
+        name, where = m.group(1), ""
+        source = self.args.input_file
+        if source and source != "-" and os.path.isfile(source):
+            with open(source, encoding="utf-8", errors="replace") as f:
+                found = [i for i, ln in enumerate(f, 1)
+                         if not ln.lstrip().startswith("//") and re.search(rf"{re.escape(name)}\s*=", ln)]
+            where = f"{source}:{found[0]}: " if len(found) == 1 else f"{source}: "
+        return f"{where}{name} = "
 
 
 class _Buffer(io.StringIO):
