@@ -109,6 +109,8 @@ class WavecOptMain(xDSLOptMain):
         if self.args.output_file is not None and not self.args.output_file.strip():
             raise ValueError("-o: empty output path; name the file to write")
         _Buffer.last = None
+        if self.args.input_file == "-":  # stdin, as mlir-opt reads it (xDSL reads stdin when no file is given)
+            self.args.input_file = None
         try:
             super().run()
         except VerifyException as e:
@@ -142,7 +144,7 @@ class WavecOptMain(xDSLOptMain):
             return ""
         name, where = m.group(1), ""
         source = self.args.input_file
-        if source and source != "-" and os.path.isfile(source):
+        if source and os.path.isfile(source):
             with open(source, encoding="utf-8", errors="replace") as f:
                 found = [i for i, ln in enumerate(f, 1)
                          if not ln.lstrip().startswith("//") and re.search(rf"{re.escape(name)}\s*=", ln)]
