@@ -188,17 +188,16 @@ def row_tiles(sessions: int, rows: int, cols: int, workers: int, min_elems: int,
     through the weight-streaming GEMM instead of the lane-group body. One session a tile, however many sessions
     the workers have. ``row_block``: how many consecutive rows read one matrix of b (a ring cache's rows of one
     head); whole-row tiles never cross such a block, which can take more than one wave."""
-    s_per, e_per = 1, tile_sizes(sessions, rows * cols, workers, min_elems)[1]
-    n_s = sessions
-    pieces = max(1, min(math.ceil(rows * cols / e_per), workers // n_s))  # a session's tiles, one wave at most
+    e_per = tile_sizes(sessions, rows * cols, workers, min_elems)[1]
+    pieces = max(1, min(math.ceil(rows * cols / e_per), workers // sessions))  # a session's tiles, one wave at most
     if pieces <= rows:
         r_per = min(math.ceil(rows / pieces), row_block)
-        return [(s, min(s + s_per, sessions), r * cols, min(r + r_per, b + row_block, rows) * cols)
-                for s in range(0, sessions, s_per) for b in range(0, rows, row_block)
+        return [(s, s + 1, r * cols, min(r + r_per, b + row_block, rows) * cols)
+                for s in range(sessions) for b in range(0, rows, row_block)
                 for r in range(b, min(b + row_block, rows), r_per)]
     c_per = GEMM_COLS * math.ceil(cols / (pieces // rows) / GEMM_COLS)  # 16-byte column vectors when cols allow
-    return [(s, min(s + s_per, sessions), r * cols + c, r * cols + min(c + c_per, cols))
-            for s in range(0, sessions, s_per) for r in range(rows) for c in range(0, cols, c_per)]
+    return [(s, s + 1, r * cols + c, r * cols + min(c + c_per, cols))
+            for s in range(sessions) for r in range(rows) for c in range(0, cols, c_per)]
 
 
 def _shared_weight_split(sessions: int, units: int, min_units: int, groups: int, workers: int,

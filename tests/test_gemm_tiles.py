@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from wavec.opcodes import GEMM_COLS, ConvParams
-from wavec.passes.wave_to_wpk import (STREAM_MIN_B_BYTES, per_session_b_tiles, row_tiles, rows_per_b, tiles, weight_conv_tiles,
-                                      weight_gemm_tiles)
+from wavec.passes.wave_to_wpk import (STREAM_MIN_B_BYTES, per_session_b_tiles, row_tiles, rows_per_b, tiles,
+                                      weight_conv_tiles, weight_gemm_tiles)
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
     (1, 1, 2048, 2048, 132, 8),

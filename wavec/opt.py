@@ -130,7 +130,6 @@ class WavecOptMain(xDSLOptMain):
             except WavecError as e:
                 raise ValueError(str(e)) from e
 
-
     def _failing_op(self, error: VerifyException) -> str:
         """``FILE:LINE: %name = `` of the op whose verifier raised ``error``: xDSL's message names only the op's
         kind, its note prints the module with the op marked (a ``^^^`` line under it). Empty when the note has

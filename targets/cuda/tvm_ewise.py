@@ -279,10 +279,12 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                                     elements(T.truncmod(w, ROW_LANES), inner, lambda e: (sess, first + e), False,
                                              walkers=ROW_LANES)
 
-            def constant_along_rows(k):
-                """Input k holds one value a row: no stride along an axis after the first longer than 1."""
-                holds = T.Or(in_strides[k][1] == T.int64(0), dims[1] == 1)
-                for d in range(2, rank):
+            def constant_from(k, axis: int):
+                """Input k holds one value along axes ``axis`` .. rank - 1: no stride along one of them longer
+                than 1 (a broadcast axis of size 1 may have any stride). From axis 0: one value a session; from
+                axis 1: one value a row."""
+                holds = T.Or(in_strides[k][axis] == T.int64(0), dims[axis] == 1)
+                for d in range(axis + 1, rank):
                     holds = T.And(holds, T.Or(in_strides[k][d] == T.int64(0), dims[d] == 1))
                 return holds
 
@@ -298,7 +300,7 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                 by_rows = T.And(T.int32(ROW_LANES) <= inner,
                                 T.And(T.truncmod(begin, inner) == 0, T.truncmod(end, inner) == 0))
                 for k in sorted(cond_reads):
-                    by_rows = T.And(by_rows, constant_along_rows(k))
+                    by_rows = T.And(by_rows, constant_from(k, 1))
                 with T.If(by_rows):
                     with T.Then():
                         flagged_rows(tx)
@@ -313,12 +315,7 @@ def ewise_primfunc(expr: Expr, rank: int, n_inputs: int, threads: int, bind_thre
                 elif rank == 0:
                     flagged_sessions(tx, flag)
                 else:
-                    # One value a session: no stride along an axis longer than 1 (a broadcast axis of size 1
-                    # may have any stride).
-                    per_session = T.Or(in_strides[flag][0] == T.int64(0), dims[0] == 1)
-                    for d in range(1, rank):
-                        per_session = T.And(per_session, T.Or(in_strides[flag][d] == T.int64(0), dims[d] == 1))
-                    with T.If(per_session):
+                    with T.If(constant_from(flag, 0)):
                         with T.Then():
                             flagged_sessions(tx, flag)
                         with T.Else():
