@@ -14,9 +14,7 @@ import numpy as np
 import pytest
 
 from test_interp import conv_ref
-from wavec.targets.cuda.codegen import TILED_GEMM_STAGES, gemm_smem_bytes
-
-TG_M = 64  # kTgM
+from wavec.targets.cuda.codegen import TALL_WARPS_M, TILED_GEMM_STAGES, gemm_smem_bytes, tiled_gemm_stage_floats
 
 
 def tg_k(threads: int) -> int:
@@ -29,44 +27,63 @@ def gemm_smem_floats(threads: int) -> int:
     return gemm_smem_bytes(threads) // 4
 
 
-class Walk:
-    """TgWalk<W, rows, length>: copy i of thread t at (row t // (length / W) + i * row_step, col
-    (t % (length / W)) * W); ``covers``: the copies tile the chunk exactly (TgWalk::kCovers)."""
+def pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
 
-    def __init__(self, threads: int, w: int, rows: int, length: int):
+
+class Walk:
+    """TgWalk<W, rows, used>: rows of ``used`` floats walked as rows of ``length`` (the power of two at least
+    ``used``): copy i of thread t at (row t // (length / W) + i * row_step, col (t % (length / W)) * W), made
+    where ``made`` (TgWalk::copies: inside the chunk); ``covers``: the copies fit the block (TgWalk::kCovers),
+    ``exact``: and tile the chunk exactly (TgWalk::kExact)."""
+
+    def __init__(self, threads: int, w: int, rows: int, used: int):
+        length = pow2_at_least(used)
         self.w, self.per_row = w, length // w
         self.row_step = threads // self.per_row if self.per_row else 0
-        self.copies = rows * self.per_row // threads
-        self.covers = (self.per_row >= 1 and length % w == 0 and threads % self.per_row == 0 and self.copies >= 1
-                       and self.copies * threads == rows * self.per_row)
+        self.copies = -(-rows // self.row_step) if self.row_step else 0
+        self.covers = self.per_row >= 1 and used % w == 0 and threads % self.per_row == 0 and self.copies >= 1
+        self.exact = self.covers and used == length and self.copies * self.row_step == rows
         if not self.covers:
             return
         tid = np.arange(threads)
         self.row = tid[:, None] // self.per_row + np.arange(max(self.copies, 1))[None, :] * self.row_step  # [thread, i]
         self.col = np.broadcast_to((tid % self.per_row * w)[:, None], self.row.shape)
+        self.made = (self.row < rows) & (self.col < used)
 
 
 class Geometry:
-    """The block's tiling at ``threads`` threads and ``w`` floats a copy: kTgK, kTgN, the stage's layout
-    (kTgLd, kTgLdN, kTgStageFloats) and the three walks (A; B k-contiguous; B n-contiguous)."""
+    """The block's tiling at ``threads`` threads, ``w`` floats a copy and ``warps_m`` warps along m (TgBlock:
+    4 is TgWide, TALL_WARPS_M TgTall): kM, kN, kTgK, the stage's layout (kTgLd, kLdN, kStageFloats), the warps
+    that compute, and the three walks (A; B k-contiguous; B n-contiguous)."""
 
-    def __init__(self, threads: int, w: int = 1):
+    def __init__(self, threads: int, w: int = 1, warps_m: int = 4):
         self.threads, self.w, self.warps, self.k_chunk = threads, w, threads // 32, tg_k(threads)
-        self.n = 16 * (self.warps // 4)
+        self.warps_m = warps_m
+        self.m, self.n = 16 * warps_m, 16 * (self.warps // warps_m)
+        self.computing = warps_m * (self.warps // warps_m)
         self.ld, self.ld_n = self.k_chunk + 4, self.n + 8
         self.b_floats = max(self.n * self.ld, self.k_chunk * self.ld_n)
-        self.stage_floats = TG_M * self.ld + self.b_floats
-        self.walk_a = Walk(threads, w, TG_M, self.k_chunk)
+        self.stage_floats = self.m * self.ld + self.b_floats
+        self.walk_a = Walk(threads, w, self.m, self.k_chunk)
         self.walk_b = {True: Walk(threads, w, self.n, self.k_chunk), False: Walk(threads, w, self.k_chunk, self.n)}
+
+    def warp_origin(self, warp: int) -> tuple[int, int]:
+        """(wm, wn): the warp's first row and column in the block."""
+        return warp % self.warps_m * 16, warp // self.warps_m * 16
 
     def b_offset(self, along_k: bool, n, k):
         """tg_b_offset: B (n, k) in its part of the stage."""
         return n * self.ld + k if along_k else k * self.ld_n + n
 
     def fits(self) -> bool:
-        """kTgFits (w = 1) or kTgVec (w = 4, with kTgFits)."""
+        """kTgFits (w = 1: TgWide's walks tile each chunk exactly), kTgVec (w = 4, with kTgFits) or, for
+        TgTall, kTgTallFits (512 threads, w = 4, its walks fit the block)."""
         walks = (self.walk_a, self.walk_b[True], self.walk_b[False])
-        return (self.threads % 128 == 0 and self.threads <= 1024 and all(wk.covers for wk in walks)
+        if self.warps_m != 4:
+            return (self.threads == 512 and self.w == 4 and all(wk.covers for wk in walks)
+                    and Geometry(self.threads, 4).fits())
+        return (self.threads % 128 == 0 and self.threads <= 1024 and all(wk.exact for wk in walks)
                 and (self.w == 1 or Geometry(self.threads).fits()))
 
 
@@ -76,14 +93,15 @@ def floats_inside(at, length: int, w: int):
 
 
 def stage_chunk(geo: Geometry, ops, m0: int, n0: int, k0: int):
-    """The stage's A [kTgM, kTgK] and B [kTgN, kTgK] (logical (row, k) and (n, k)) after every thread's copies,
-    checking that each copy lands inside the stage, 16-byte aligned when it moves 4 floats, and that every
-    slot is written exactly once."""
+    """The stage's A [kM, kTgK] and B [kN, kTgK] (logical (row, k) and (n, k)) after every thread's copies
+    that are made (TgWalk::copies), checking that each lands inside the stage, 16-byte aligned when it moves 4
+    floats, and that every slot is written exactly once."""
     stage = np.full(geo.stage_floats, np.nan)
     hits = np.zeros(geo.stage_floats, int)
 
-    def land(offsets, sources):
+    def land(offsets, sources, made):
         at, floats, operand = sources
+        offsets, at, floats = (np.broadcast_to(x, made.shape)[made] for x in (offsets, at, floats))
         for j in range(geo.w):
             dst = offsets + j
             assert (dst >= 0).all() and (dst < geo.stage_floats).all()
@@ -96,12 +114,12 @@ def stage_chunk(geo: Geometry, ops, m0: int, n0: int, k0: int):
             assert (at[floats > 0] % 4 == 0).all(), "a 16-byte copy reads an unaligned source"
 
     wa, wb = geo.walk_a, geo.walk_b[ops.along_k]
-    land(wa.row * geo.ld + wa.col, ops.a_sources(geo, m0, k0))
-    b_base = TG_M * geo.ld
+    land(wa.row * geo.ld + wa.col, ops.a_sources(geo, m0, k0), wa.made)
+    b_base = geo.m * geo.ld
     b_off = wb.row * (geo.ld if ops.along_k else geo.ld_n) + wb.col
-    assert (b_off + geo.w <= geo.b_floats).all()
-    land(b_base + b_off, ops.b_sources(geo, n0, k0))
-    a_slots = (np.arange(TG_M)[:, None] * geo.ld + np.arange(geo.k_chunk)[None, :])
+    assert (b_off[wb.made] + geo.w <= geo.b_floats).all()
+    land(b_base + b_off, ops.b_sources(geo, n0, k0), wb.made)
+    a_slots = (np.arange(geo.m)[:, None] * geo.ld + np.arange(geo.k_chunk)[None, :])
     n_idx, k_idx = np.meshgrid(np.arange(geo.n), np.arange(geo.k_chunk), indexing="ij")
     b_slots = b_base + geo.b_offset(ops.along_k, n_idx, k_idx)
     assert (hits[a_slots] == 1).all() and (hits[b_slots] == 1).all(), "the copies do not cover the chunk exactly once"
@@ -142,15 +160,18 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     """tiled_gemm: every block of outputs, chunk by chunk, then each lane's stores."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
-    for m0 in range(0, M, TG_M):
+    for m0 in range(0, M, geo.m):
         for n0 in range(0, N, geo.n):
             acc = np.zeros((geo.warps, 32, 2, 4))
             for k0 in range(0, K, geo.k_chunk):
                 As, Bs = stage_chunk(geo, ops, m0, n0, k0)
                 for w in range(geo.warps):
-                    warp_products(As, Bs, w % 4 * 16, w // 4 * 16, acc[w])
+                    if w < geo.computing:
+                        warp_products(As, Bs, *geo.warp_origin(w), acc[w])
             for w in range(geo.warps):
-                wm, wn = w % 4 * 16, w // 4 * 16
+                if w >= geo.computing:
+                    continue
+                wm, wn = geo.warp_origin(w)
                 for nt in range(2):
                     for c in range(2):
                         n = n0 + wn + nt * 8 + 2 * q + c
@@ -256,12 +277,27 @@ def test_the_walks_cover_each_chunk_once_at_every_block_size_they_run_at(threads
     assert geo.fits() == (threads in ((128, 256, 512, 1024) if w == 1 else (128, 256, 512)))
     if not geo.fits():
         return
-    for walk, rows, length in ((geo.walk_a, TG_M, geo.k_chunk), (geo.walk_b[True], geo.n, geo.k_chunk),
+    assert_walks_cover_each_chunk_once(geo)
+
+
+def assert_walks_cover_each_chunk_once(geo: Geometry) -> None:
+    for walk, rows, length in ((geo.walk_a, geo.m, geo.k_chunk), (geo.walk_b[True], geo.n, geo.k_chunk),
                                (geo.walk_b[False], geo.k_chunk, geo.n)):
         hits = np.zeros((rows, length), int)
-        for j in range(w):
-            np.add.at(hits, (walk.row.ravel(), walk.col.ravel() + j), 1)
+        for j in range(geo.w):
+            np.add.at(hits, (walk.row[walk.made], walk.col[walk.made] + j), 1)
         assert (hits == 1).all()
+
+
+def test_the_tall_block_runs_at_512_threads_and_its_walks_cover_each_chunk_once():
+    """TgTall (80 x 48, 15 of 16 warps computing) at 512 threads and 16-byte copies: its walks pass the rows
+    and columns past the chunk (A's rows 80 to 95, B's columns 48 to 63) and copy the rest exactly once; no
+    other block size or copy width runs it."""
+    geo = Geometry(512, 4, TALL_WARPS_M)
+    assert (geo.m, geo.n, geo.computing) == (80, 48, 15) and geo.fits()
+    assert not geo.walk_a.exact and not geo.walk_b[False].exact
+    assert_walks_cover_each_chunk_once(geo)
+    assert not any(Geometry(t, w, TALL_WARPS_M).fits() for t, w in ((512, 1), (256, 4), (1024, 4), (128, 4)))
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5, 9])
@@ -296,15 +332,15 @@ def test_the_stage_ring_never_overwrites_a_chunk_before_every_warp_is_done_with_
     assert all(g is None for g in groups[len(groups) - (stages - 2):]), "a copy in flight after the last chunk"
 
 
-@pytest.mark.parametrize("threads", [512, 256])
-def test_the_fragment_reads_hit_32_distinct_banks(threads):
+@pytest.mark.parametrize("threads, warps_m", [(512, 4), (256, 4), (512, TALL_WARPS_M)])
+def test_the_fragment_reads_hit_32_distinct_banks(threads, warps_m):
     """tg_products' reads of A and of B in both layouts: each register's read by the warp's 32 lanes hits
-    every bank once, for every warp and k8 step (the pitches kTgLd and kTgLdN are chosen for it)."""
-    geo = Geometry(threads)
+    every bank once, for every computing warp and k8 step (the pitches kTgLd and kLdN are chosen for it)."""
+    geo = Geometry(threads, 4, warps_m)
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
-    for warp in range(geo.warps):
-        wm, wn = warp % 4 * 16, warp // 4 * 16
+    for warp in range(geo.computing):
+        wm, wn = geo.warp_origin(warp)
         for k8 in range(0, geo.k_chunk, 8):
             for dr, dk in CODE_A_READS:
                 assert len(set(((wm + g + dr) * geo.ld + k8 + q + dk) % 32)) == 32
@@ -316,10 +352,13 @@ def test_the_fragment_reads_hit_32_distinct_banks(threads):
 
 @pytest.mark.parametrize("threads", [128, 256, 512, 384, 1024])
 def test_the_launch_gives_the_kernel_its_staging(threads):
-    """codegen.gemm_smem_bytes (the launch's dynamic shared memory) against this mirror's stage: the stages
-    where the tiled GEMM runs, else the streaming GEMMs' threads x 8 floats, within the H200's 227 KB."""
-    geo = Geometry(threads)
-    want = max(TILED_GEMM_STAGES * geo.stage_floats, threads * 8) if geo.fits() else threads * 8
+    """codegen.gemm_smem_bytes (the launch's dynamic shared memory) against this mirror's stages: those of the
+    larger block where the tiled GEMM runs (TgTall's at 512 threads), else the streaming GEMMs' threads x 8
+    floats, within the H200's 227 KB."""
+    blocks = [g for g in (Geometry(threads), Geometry(threads, 4, TALL_WARPS_M)) if g.fits()]
+    stage = max((g.stage_floats for g in blocks), default=0)
+    assert all(g.stage_floats == tiled_gemm_stage_floats(threads, g.warps_m) for g in blocks)
+    want = max(TILED_GEMM_STAGES * stage, threads * 8) if Geometry(threads).fits() else threads * 8
     assert gemm_smem_floats(threads) == want
     assert 4 * want <= 227 * 1024
 
@@ -344,13 +383,14 @@ def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride,
     np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("threads, w", [(512, 1), (512, 4), (256, 4), (128, 4), (1024, 1)])
+@pytest.mark.parametrize("threads, w, warps_m", [(512, 1, 4), (512, 4, 4), (256, 4, 4), (128, 4, 4), (1024, 1, 4),
+                                                 (512, 4, TALL_WARPS_M)])
 @pytest.mark.parametrize("nk", [False, True], ids=["b-kn", "b-nk"])
 @pytest.mark.parametrize("tiles", [
     [(0, 70, 0, 1, 0, 40), (0, 70, 0, 1, 40, 130)],  # parts of one row (the LSTM's gates), ragged columns
     [(0, 33, 0, 3, 0, 130)],                         # whole rows: M = sessions x rows
 ])
-def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w):
+def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w, warps_m):
     """K = 75 and 130 columns: a 16-byte copy's last piece of a row is partly outside (floats_inside), so the
     rows are padded to a multiple of 4 floats, and the sessions' a apart by a padded stride, as the kernel's
     alignment check asks."""
@@ -360,7 +400,7 @@ def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w):
     b = rng.standard_normal((K, N)) / np.sqrt(K)
     got = np.full((sessions, rows, N), np.nan)
     pad = {"lda": 76, "ldb": 76 if nk else 132, "session_pad": 8} if w == 4 else {"session_pad": 3}
-    geo = Geometry(threads, w)
+    geo = Geometry(threads, w, warps_m)
     assert geo.fits()
     for s0, s1, row0, n_rows, col0, col1 in tiles:
         ops = MatmulOps(a, b, nk, s0, s1, row0, n_rows, col0, col1, got, **pad)

@@ -190,17 +190,29 @@ def prefetch_weights(profile_meta: dict) -> bool:
 TILED_GEMM_STAGES = 4  # kTgStages: chunks the tiled GEMM stages at once
 
 
+def tiled_gemm_stage_floats(threads: int, warps_m: int) -> int:
+    """Floats of one stage of the tiled GEMM's block of ``warps_m`` warps along m (TgBlock::kStageFloats): A
+    [16 warps_m, kTgLd] and B [kN, kTgLd] or [kTgK, kN + 8], kN = 16 (threads / 32 // warps_m)."""
+    tg_k = 64 if threads == 512 else 32
+    tg_n, ld = 16 * (threads // 32 // warps_m), tg_k + 4
+    return 16 * warps_m * ld + max(tg_n * ld, tg_k * (tg_n + 8))
+
+
+TALL_WARPS_M = 5  # TgTall: the 80 x 48 block the kernel runs at 512 threads
+
+
 def gemm_smem_bytes(threads: int) -> int:
     """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks needs (it exports the number as
     GEMM_SMEM_SYMBOL, which the runtime launches with): the GEMM bodies' buffer (kGemmSmemFloats), the tiled
-    GEMM's TILED_GEMM_STAGES stages (a kTgM x kTgLd A chunk and its B chunk, k-major or n-major) or the
+    GEMM's TILED_GEMM_STAGES stages of its larger block (64 x kTgN, and at 512 threads the 80 x 48 TgTall) or the
     streaming GEMMs' threads x 8 floats, the larger. The kernel's static_assert checks this number against
-    its own geometry, so the two cannot drift. 512 threads: 4 x 8,960 floats, 143,360 bytes, of the H200's
+    its own geometry, so the two cannot drift. 512 threads: 4 x 9,024 floats, 144,384 bytes, of the H200's
     227 KB a block (CUDA C++ Programming Guide, compute capability 9.0)."""
-    tg_m, tg_k = 64, 64 if threads == 512 else 32
-    tg_n, ld = 16 * (threads // 32 // (tg_m // 16)), tg_k + 4
-    fits = threads % 128 == 0 and threads <= 1024 and tg_m * tg_k % threads == 0
-    stage = tg_m * ld + max(tg_n * ld, tg_k * (tg_n + 8))
+    tg_k = 64 if threads == 512 else 32
+    fits = threads % 128 == 0 and threads <= 1024 and 64 * tg_k % threads == 0
+    stage = tiled_gemm_stage_floats(threads, 4)
+    if threads == 512:
+        stage = max(stage, tiled_gemm_stage_floats(threads, TALL_WARPS_M))
     streaming = threads * 8
     return 4 * (max(TILED_GEMM_STAGES * stage, streaming) if fits else streaming)
 
@@ -798,31 +810,62 @@ constexpr int kTgStages = $tg_stages;
 constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads and k-contiguous stores miss bank conflicts
 constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
 
-// How the block's threads copy a chunk of kRows rows of kLen contiguous floats (A: kTgM rows of k; B: kTgN
-// rows of k when it is k-contiguous, kTgK rows of n when n-contiguous), W floats a copy (4: one 16-byte
-// cp.async; 1: one float): consecutive threads take consecutive W-float pieces of a row, so the reads coalesce
-// and the shared-memory stores are consecutive; copy i of thread t is at row t / (kLen / W) + i * kRowStep.
-template <int W, int kRows, int kLen>
+// A block of the tiled GEMM: WM warps along m by kTgWarps / WM along n, each computing 16 x 16 outputs (warps
+// past WM x kWarpsN only copy). TgBlock<kTgWarpsM> is the kTgM x kTgN block; TgBlock<5> (80 x 48 at 512
+// threads, 15 of the 16 warps computing) takes the tiles it runs in fewer blocks (tall_blocks_are_fewer: 65 to
+// 80 rows in one pass where kTgM-row blocks take two, each streaming the tile's weights again; duplex:1b's
+// largest GEMMs over a cohort of 132 to 160 sessions, halved). B's staged rows: kN of kTgLd floats when k-contiguous, kTgK of kLdN when n-contiguous; kLdN = kN + 8
+// puts the fragment reads on banks 8q + g (kN 64) or 24q + g (kN 48), 32 distinct either way.
+template <int WM>
+struct TgBlock {
+  static constexpr int kWarpsM = WM, kWarpsN = kTgWarps / WM, kM = 16 * WM, kN = 16 * kWarpsN;
+  static constexpr int kLdN = kN + 8;
+  static constexpr int kStageFloats = kM * kTgLd + (kN * kTgLd > kTgK * kLdN ? kN * kTgLd : kTgK * kLdN);
+  template <bool kAlongK>
+  static constexpr int kLdB = kAlongK ? kTgLd : kLdN;  // the pitch of B's staged rows (n's, or k's)
+  template <bool kAlongK>
+  static __device__ __forceinline__ unsigned b_offset(unsigned n, unsigned k) {
+    return kAlongK ? n * kLdB<kAlongK> + k : k * kLdB<kAlongK> + n;
+  }
+};
+using TgWide = TgBlock<kTgWarpsM>;
+using TgTall = TgBlock<5>;
+constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+
+// How the block's threads copy a chunk of kRows rows of kUsed contiguous floats (A: kM rows of k; B: kN rows
+// of k when it is k-contiguous, kTgK rows of n when n-contiguous), W floats a copy (4: one 16-byte cp.async;
+// 1: one float): consecutive threads take consecutive W-float pieces of a row of kLen >= kUsed (a power of
+// two, so the pieces of a row divide the block's threads), so the reads coalesce and the shared-memory stores
+// are consecutive; copy i of thread t is at row t / (kLen / W) + i * kRowStep, and made only inside the chunk
+// (copies(i): kExact, a walk that tiles it exactly, makes every copy).
+template <int W, int kRows, int kUsed, int kLen = pow2_at_least(kUsed)>
 struct TgWalk {
   static constexpr int kPerRow = kLen / W, kRowStep = kPerRow ? (int)kBlockThreads / kPerRow : 0;
-  static constexpr int kCopies = kRows * kPerRow / (int)kBlockThreads;
-  static constexpr bool kCovers = kPerRow >= 1 && kLen % W == 0 && (int)kBlockThreads % kPerRow == 0 &&
-                                  kCopies >= 1 && kCopies * (int)kBlockThreads == kRows * kPerRow;
+  static constexpr int kCopies = kRowStep ? (kRows + kRowStep - 1) / kRowStep : 0;
+  static constexpr bool kExact = kUsed == kLen && kCopies * kRowStep == kRows;
+  static constexpr bool kCovers = kPerRow >= 1 && kUsed % W == 0 && (int)kBlockThreads % kPerRow == 0 && kCopies >= 1;
   static __device__ __forceinline__ unsigned row(int i) { return threadIdx.x / kPerRow + i * kRowStep; }
   static __device__ __forceinline__ unsigned col() { return threadIdx.x % kPerRow * W; }
+  static __device__ __forceinline__ bool copies(int i) { return kExact || (row(i) < kRows && col() < kUsed); }
 };
-template <int W>
-using TgWalkA = TgWalk<W, kTgM, kTgK>;
-template <int W, bool kAlongK>  // B's walk: rows n of k (k-contiguous), else rows k of n
-using TgWalkB = TgWalk<W, kAlongK ? kTgN : kTgK, kAlongK ? kTgK : kTgN>;
+template <int W, class Block = TgWide>
+using TgWalkA = TgWalk<W, Block::kM, kTgK>;
+template <int W, bool kAlongK, class Block = TgWide>  // B's walk: rows n of k (k-contiguous), else rows k of n
+using TgWalkB = TgWalk<W, kAlongK ? Block::kN : kTgK, kAlongK ? kTgK : Block::kN>;
 // Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and copy whole
 // chunks one float a copy (384 threads, say, would leave rows of A uncopied); kTgVec: and 4 floats a copy.
-template <int W>
+template <int W, class Block = TgWide>
 constexpr bool tg_walks_cover() {
-  return TgWalkA<W>::kCovers && TgWalkB<W, true>::kCovers && TgWalkB<W, false>::kCovers;
+  return TgWalkA<W, Block>::kCovers && TgWalkB<W, true, Block>::kCovers && TgWalkB<W, false, Block>::kCovers;
 }
-constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && tg_walks_cover<1>();
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && tg_walks_cover<1>() &&
+                         TgWalkA<1>::kExact && TgWalkB<1, true>::kExact && TgWalkB<1, false>::kExact;
 constexpr bool kTgVec = kTgFits && tg_walks_cover<4>();
+// The tall block runs at the measured 512 threads, its tiles' copies 16 bytes wide (tile_copies_vectorize).
+// Switch: kTgTallRows = false leaves 65- to 80-row tiles to two passes of TgWide.
+constexpr bool kTgTallRows = true;
+constexpr bool kTgTallFits = kTgVec && kBlockThreads == 512 && tg_walks_cover<4, TgTall>();
+constexpr bool kTgTall = kTgTallRows && kTgTallFits;
 
 // x as the sum of two TF32 values (their low 13 mantissa bits zero): big, x rounded to TF32, and small, the
 // exact rest x - big rounded too, both to nearest even (cvt.rn: one F2FP in SASS; cvt.rna, ties away, is
@@ -863,16 +906,11 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big
   }
 }
 
-// The tiled GEMM's staging: kTgStages chunks, each A[kTgM][kTgLd] then B, stored as it lies in memory:
-// [kTgN][kTgLd] when k-contiguous, [kTgK][kTgLdN] when n-contiguous. The fragment reads then hit banks 4g + q
-// (A, k-major B) and 8q + g (n-major B), 32 distinct, and both pitches keep 16-byte copies aligned.
-constexpr int kTgLdN = kTgN + 8;
-constexpr int kTgStageFloats = kTgM * kTgLd + (kTgN * kTgLd > kTgK * kTgLdN ? kTgN * kTgLd : kTgK * kTgLdN);
-template <bool kAlongK>
-constexpr int kTgLdB = kAlongK ? kTgLd : kTgLdN;  // the pitch of B's staged rows (n's, or k's)
-template <bool kAlongK>
-__device__ __forceinline__ unsigned tg_b_offset(unsigned n, unsigned k) {
-  return kAlongK ? n * kTgLdB<kAlongK> + k : k * kTgLdB<kAlongK> + n;
+// The tiled GEMM's staging: kTgStages chunks, each A[kM][kTgLd] then B, stored as it lies in memory:
+// [kN][kTgLd] when k-contiguous, [kTgK][kLdN] when n-contiguous (TgBlock). The fragment reads then hit 32
+// distinct banks (A and k-major B: 4g + q), and every pitch keeps 16-byte copies aligned.
+constexpr int tg_stages_floats() {
+  return kTgStages * (kTgTallFits && TgTall::kStageFloats > TgWide::kStageFloats ? TgTall::kStageFloats : TgWide::kStageFloats);
 }
 
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
@@ -882,7 +920,7 @@ __device__ __forceinline__ unsigned tg_b_offset(unsigned n, unsigned k) {
 constexpr int kSvRows = 8;  // streaming GEMM: rows of A a pass keeps accumulators for
 constexpr int kSvSmemFloats = (int)kBlockThreads * kSvRows;
 constexpr int kGemmSmemFloats = $gemm_smem_floats;
-static_assert(kGemmSmemFloats == (kTgFits && kTgStages * kTgStageFloats > kSvSmemFloats ? kTgStages * kTgStageFloats : kSvSmemFloats),
+static_assert(kGemmSmemFloats == (kTgFits && tg_stages_floats() > kSvSmemFloats ? tg_stages_floats() : kSvSmemFloats),
               "codegen.gemm_smem_bytes disagrees with the GEMM bodies' staging");
 static_assert(kTgStages >= 2, "the tiled GEMM copies at least one chunk ahead");
 extern "C" __device__ const unsigned $gemm_smem_symbol = kGemmSmemFloats * sizeof(float);
@@ -919,11 +957,11 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..); kBTf32 as
-// mma_3xtf32's, kAlongK as tg_b_offset's.
-template <bool kBTf32, bool kAlongK>
+// mma_3xtf32's, kAlongK as TgBlock::b_offset's.
+template <bool kBTf32, bool kAlongK, class Block>
 __device__ __forceinline__ void tg_products(const float* stage, unsigned wm, unsigned wn, float (&acc)[2][4]) {
   const float (*As)[kTgLd] = reinterpret_cast<const float (*)[kTgLd]>(stage);
-  const float* Bs = stage + kTgM * kTgLd;
+  const float* Bs = stage + Block::kM * kTgLd;
   const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
 #pragma unroll
   for (int k8 = 0; k8 < kTgK; k8 += 8) {
@@ -934,8 +972,8 @@ __device__ __forceinline__ void tg_products(const float* stage, unsigned wm, uns
     tf32_split(As[wm + g + 8][k8 + q + 4], a_big[3], a_small[3]);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
-      mma_3xtf32<kBTf32>(acc[nt], a_big, a_small, Bs[tg_b_offset<kAlongK>(wn + nt * 8 + g, k8 + q)],
-                         Bs[tg_b_offset<kAlongK>(wn + nt * 8 + g, k8 + q + 4)]);
+      mma_3xtf32<kBTf32>(acc[nt], a_big, a_small, Bs[Block::template b_offset<kAlongK>(wn + nt * 8 + g, k8 + q)],
+                         Bs[Block::template b_offset<kAlongK>(wn + nt * 8 + g, k8 + q + 4)]);
   }
 }
 
@@ -944,7 +982,8 @@ __device__ __forceinline__ void tg_products(const float* stage, unsigned wm, uns
 //   ops.a_source(i, k0), ops.b_source(i, n0, k0)  where this thread's copy i of A and of B of the chunk at k0
 //                                           reads (CopySource: the floats inside the operand, the rest 0);
 //   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
-// Ops::kBAlongK says which way B lies (TgWalkB, tg_b_offset), Ops::kVec the floats a copy; kBTf32, that B's
+// Ops::Block is the block's shape (TgBlock), Ops::kBAlongK which way B lies (TgWalkB, TgBlock::b_offset),
+// Ops::kVec the floats a copy; kBTf32, that B's
 // values are TF32 numbers (tg_products). Chunks are copied kTgStages - 1 ahead, so their loads' latency
 // overlaps the products of the chunks before: a chunk of duplex:1b's 32,000-column head took 2.45 us one chunk
 // ahead in registers, ~1.7 us so, where its instructions issue in ~0.6 us and its mma run in ~0.44 at the
@@ -953,29 +992,33 @@ template <bool kBTf32, class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
   constexpr bool kAlongK = Ops::kBAlongK;
   constexpr int W = Ops::kVec;
-  using WalkA = TgWalkA<W>;
-  using WalkB = TgWalkB<W, kAlongK>;
+  using Block = typename Ops::Block;
+  using WalkA = TgWalkA<W, Block>;
+  using WalkB = TgWalkB<W, kAlongK, Block>;
   float* const smem = gemm_smem();
   const unsigned warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  const unsigned wm = warp % kTgWarpsM * 16, wn = warp / kTgWarpsM * 16;
+  const unsigned wm = warp % Block::kWarpsM * 16, wn = warp / Block::kWarpsM * 16;
+  const bool computes = warp < (unsigned)(Block::kWarpsM * Block::kWarpsN);
   const unsigned chunks = (K + kTgK - 1) / kTgK;
   // Copies chunk c of the block at n0 into its stage (nothing past the last chunk) and closes the group, one a
   // chunk, so that cp_async_wait<kTgStages - 2> at chunk c means c has landed.
   auto stage = [&](unsigned n0, unsigned c) {
     if (c < chunks) {
-      float* As = smem + c % kTgStages * kTgStageFloats;
-      float* Bs = As + kTgM * kTgLd;
+      float* As = smem + c % kTgStages * Block::kStageFloats;
+      float* Bs = As + Block::kM * kTgLd;
 #pragma unroll
-      for (int i = 0; i < WalkA::kCopies; ++i) cp_async<W>(As + WalkA::row(i) * kTgLd + WalkA::col(), ops.a_source(i, c * kTgK));
+      for (int i = 0; i < WalkA::kCopies; ++i)
+        if (WalkA::copies(i)) cp_async<W>(As + WalkA::row(i) * kTgLd + WalkA::col(), ops.a_source(i, c * kTgK));
 #pragma unroll
       for (int i = 0; i < WalkB::kCopies; ++i)
-        cp_async<W>(Bs + WalkB::row(i) * kTgLdB<kAlongK> + WalkB::col(), ops.b_source(i, n0, c * kTgK));
+        if (WalkB::copies(i))
+          cp_async<W>(Bs + WalkB::row(i) * Block::template kLdB<kAlongK> + WalkB::col(), ops.b_source(i, n0, c * kTgK));
     }
     cp_async_commit();
   };
-  for (unsigned m0 = 0; m0 < M; m0 += kTgM) {
+  for (unsigned m0 = 0; m0 < M; m0 += Block::kM) {
     ops.start_rows(m0);
-    for (unsigned n0 = 0; n0 < N; n0 += kTgN) {
+    for (unsigned n0 = 0; n0 < N; n0 += Block::kN) {
       float acc[2][4] = {};
 #pragma unroll 1
       for (unsigned c = 0; c + 1 < kTgStages; ++c) stage(n0, c);
@@ -990,13 +1033,14 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
         // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
         // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
         float part[2][4] = {};
-        tg_products<kBTf32, kAlongK>(smem + c % kTgStages * kTgStageFloats, wm, wn, part);
+        if (computes) tg_products<kBTf32, kAlongK, Block>(smem + c % kTgStages * Block::kStageFloats, wm, wn, part);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc[nt][i] += part[nt][i];
       }
       __syncthreads();  // the stages are free for the next block's copies, or the block's next task
+      if (!computes) continue;  // a copying warp holds no outputs
       // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8.
       const typename Ops::Row upper = ops.row(m0 + wm + g), lower = ops.row(m0 + wm + g + 8);
 #pragma unroll
@@ -1103,13 +1147,14 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
 }
 
 // The tiled MATMUL: tiled_gemm's operations over a MatmulTile.
-template <bool kAlongK, int W>
+template <class TBlock, bool kAlongK, int W>
 struct MatmulTileOps {
+  using Block = TBlock;
   static constexpr bool kBAlongK = kAlongK;
   static constexpr int kVec = W;
   using Row = MatmulTile::Row;
-  using WalkA = TgWalkA<W>;
-  using WalkB = TgWalkB<W, kAlongK>;
+  using WalkA = TgWalkA<W, Block>;
+  using WalkB = TgWalkB<W, kAlongK, Block>;
   const MatmulTile& tile;
   const Epilogue& ep;
   const float* arow[WalkA::kCopies];  // this thread's A rows at k = 0 (row 0's past M, never read)
@@ -1156,11 +1201,32 @@ __device__ __forceinline__ bool tile_copies_vectorize(const MatmulTile& tile) {
   return true;
 }
 
+// The blocks Block's tiled GEMM runs for an M x N tile (each streams its columns' weights once).
+template <class Block>
+__device__ __forceinline__ unsigned tg_blocks(unsigned M, unsigned N) {
+  return (M + Block::kM - 1) / Block::kM * ((N + Block::kN - 1) / Block::kN);
+}
+// Whether TgTall runs an M x N tile in fewer blocks than TgWide: duplex:1b's 72 x 88 tiles at 144 sessions in
+// 2, not 4 (its beat 87.1 -> 82.8 ms); a tie goes to TgWide (72 x 64 tiles of 4,096-wide linears: 854 us on
+// TgWide, 930 on TgTall's 2 blocks, bench/gemm.py; bench/RESULTS.md fourteenth run).
+__device__ __forceinline__ bool tall_blocks_are_fewer(unsigned M, unsigned N) {
+  return kTgTall && tg_blocks<TgTall>(M, N) < tg_blocks<TgWide>(M, N);
+}
+
 // Not inlined: each of the six has the kernel's register budget to itself (inlined in matmul_gemm_body, their
-// spills summed to 2,424 bytes of reloads, ptxas).
+// spills summed to 2,424 bytes of reloads, ptxas). The tall block's choice is made in here too: made in
+// matmul_gemm_body, as four more calls, it raised the spills of the bodies beside them (the tensor-core
+// streaming GEMM's 36 -> 52 bytes, ptxas).
 template <bool kAlongK, int W, bool kBTf32>
 __device__ __noinline__ void tiled_matmul(const MatmulTile& tile, const Epilogue& ep, bool& error) {
-  MatmulTileOps<kAlongK, W> ops{tile, ep, {}, 0};
+  if constexpr (W == 4 && kTgTall) {
+    if (tall_blocks_are_fewer(tile.M, tile.n_cols)) {
+      MatmulTileOps<TgTall, kAlongK, W> ops{tile, ep, {}, 0};
+      tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
+      return;
+    }
+  }
+  MatmulTileOps<TgWide, kAlongK, W> ops{tile, ep, {}, 0};
   tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
 }
 
@@ -1584,6 +1650,7 @@ constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D co
 // channels, as a GEMM (tiled_gemm): rows m = (session, t), columns the tile's channels, k = (input channel,
 // tap); A(m, k) is gathered from x (0 outside the padded input), B(k, n) is the weight w[channel, k].
 struct ConvTileOps {
+  using Block = TgWide;
   static constexpr bool kBAlongK = true;  // a channel's weights are contiguous in k
   static constexpr int kVec = 1;          // A is gathered
   using WalkA = TgWalkA<1>;
