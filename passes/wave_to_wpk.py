@@ -37,6 +37,7 @@ from xdsl.utils.exceptions import PassFailedException
 from wavec.analysis.cost import flops_per_element
 from wavec.dialects import wave, wpk
 from wavec.opcodes import (
+    COLUMN_GEMM_ROWS,
     GEMM_COLS,
     MAX_INPUTS,
     REDUCE_KINDS,
@@ -160,14 +161,15 @@ def selects_rows(params: EwiseParams) -> bool:
 
 
 def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: int, min_elems: int,
-                        row_block: int, has_prologue: bool) -> list[tuple[int, int, int, int]]:
+                        row_block: int, has_prologue: bool, k_contiguous: bool) -> list[tuple[int, int, int, int]]:
     """Tiles of a MATMUL whose b is per session: `row_tiles` (one session a tile, the only tiles the GEMM bodies
     take with a per-session b) when the streaming GEMM is worth its cost (one matrix of b holds
-    STREAM_MIN_B_BYTES or more, or a prologue), else `tiles`, whose fewer tiles the lane-group body runs. A
+    STREAM_MIN_B_BYTES or more, or a prologue) or b is ``k_contiguous`` (the column GEMM's form), else `tiles`,
+    whose fewer tiles the lane-group body runs. A
     cohort of more sessions than workers gets one-session tiles too: at 136 sessions on 132 workers, tiles of
     two sessions sent duplex:1b's decoder attention to lane groups, 192 ms a beat (bench/RESULTS.md thirteenth
     run)."""
-    if has_prologue or k * cols * 4 >= STREAM_MIN_B_BYTES:
+    if has_prologue or k_contiguous or k * cols * 4 >= STREAM_MIN_B_BYTES:
         return row_tiles(sessions, rows, cols, workers, min_elems, row_block)
     return tiles(sessions, rows * cols, workers, min_elems)
 
@@ -332,8 +334,9 @@ class _Lowering:
             rows = params.n_elems // cols
             if not ins[1].per_session:
                 return weight_gemm_tiles(sessions, rows, cols, params.k, workers, min_elems)
+            n_stride, k_stride = params.b_strides[-2:]
             return per_session_b_tiles(sessions, rows, cols, params.k, workers, min_elems, rows_per_b(params),
-                                       params.prologue != NO_PROLOGUE)
+                                       params.prologue != NO_PROLOGUE, k_stride == 1 != n_stride)
         if isinstance(params, ConvParams) and not ins[1].per_session:
             return weight_conv_tiles(sessions, params, workers, min_elems)
         if isinstance(params, EwiseParams) and out in ins and selects_rows(params):
@@ -539,14 +542,37 @@ def transpose_view(op: wave.TransposeOp, x: Loc) -> Loc:
                tuple(x.strides[p] for p in op.perm.get_values()))
 
 
+def rows_per_b_matrix(op: wave.MatmulOp) -> int:
+    """How many rows of the matmul's output read one matrix of its b: its rows (the result's second-to-last
+    dim) times the batch dims after the last one b is not broadcast along (wave-level `rows_per_b`)."""
+    out, b = wave.shape_of(op.result), wave.shape_of(op.operands[1])
+    batch_b = (1,) * (len(out) - len(b)) + tuple(b[:-2])
+    rows = out[-2]
+    for size, b_size in zip(reversed(out[:-2]), reversed(batch_b)):
+        if b_size != 1:
+            break
+        rows *= size
+    return rows
+
+
 def folds_into_matmuls(op: wave.TransposeOp, view: Loc) -> bool:
-    """A transpose read only as MATMULs' b, whose ``view`` (transpose_view) keeps b's columns contiguous (last
-    stride 1), is lowered as that view, not as a copy phase: the GEMM bodies read b through its strides, and an
-    n-contiguous b is what the streaming GEMM takes. Attention's V, a ring cache [C, H, D] read as [H, C, D], is
-    one: duplex:1b copied each V cache whole every beat for it. (Its K, read as [H, D, C], would have columns
-    H x D apart.)"""
-    return view.strides[-1] == 1 and all(
-        isinstance(use.operation, wave.MatmulOp) and use.index == 1 for use in op.result.uses)
+    """A transpose read only as MATMULs' b is lowered as its ``view`` (transpose_view), not as a copy phase,
+    when the GEMM bodies read that view well:
+    - b's columns contiguous (last stride 1): the streaming GEMM's form. Attention's V, a ring cache [C, H, D]
+      read as [H, C, D], is one: duplex:1b copied each V cache whole every beat for it;
+    - b per session with its k contiguous (second-to-last stride 1), its matrices of STREAM_MIN_B_BYTES or
+      more, read by matmuls of at most COLUMN_GEMM_ROWS rows a matrix: the column GEMM's form, in tiles of one
+      matrix. Attention's K, the cache read as [H, D, C] with columns H x D apart, is one: its copies took
+      duplex:1b 7.4 ms a beat at 144 sessions. Smaller matrices keep the copy: the encoder's 32 KB heads took
+      12 us a one-head tile on the column GEMM, 4.9 ms a beat against 4.3 for the copies and the lane-group
+      body's fewer tiles (bench/RESULTS.md fourteenth run)."""
+    users = [use for use in op.result.uses]
+    if not all(isinstance(use.operation, wave.MatmulOp) and use.index == 1 for use in users):
+        return False
+    if view.strides[-1] == 1:
+        return True
+    return (view.per_session and view.strides[-2] == 1 and 4 * view.shape[-2] * view.shape[-1] >= STREAM_MIN_B_BYTES
+            and all(rows_per_b_matrix(use.operation) <= COLUMN_GEMM_ROWS for use in users))
 
 
 def _widest_subtree(expr: Expr) -> Expr | None:

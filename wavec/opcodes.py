@@ -29,6 +29,10 @@ ELEM_BYTES = 4
 # Columns: a weight MATMUL's tiles start and end at multiples of this, so a body may load a weight row
 # 16 bytes (one float4) at a time.
 GEMM_COLS = 4
+# Rows: a MATMUL whose b is per session and k-contiguous (attention's K^T read in place from a ring cache) with
+# at most this many rows a matrix of b runs on the kernel's column GEMM, which reads each column once for all
+# of them; wave-to-wpk reads a transpose in place for such matmuls only.
+COLUMN_GEMM_ROWS = 8
 
 
 class Arena(enum.IntEnum):

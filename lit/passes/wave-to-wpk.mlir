@@ -251,8 +251,8 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // -----
 
 // Attention over a ring cache [C, H, D]: V read as [H, C, D] keeps its columns (D) contiguous, so the
-// transpose is a view the matmul reads through (no phase); K read as [H, D, C] would have its columns H x D
-// apart, so it stays a copy.
+// transpose is a view the matmul reads through (no phase); K read as [H, D, C] has its columns H x D apart
+// and matrices of 96 bytes, too small for the column GEMM's tiles of one matrix, so it stays a copy.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @attention_views() {
     %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x6x2x4xf32>
@@ -294,3 +294,41 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.x", "t2"], {{.*}}params = array<i64: 2, 2, 1, 4, 8, 1,
 // CHECK-LABEL: wpk.phase "matmul_5"
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["t3", "w.wf"], {{.*}}params = array<i64: 2, 2, 1, 4, 4, 0,
+
+// -----
+
+// K^T read in place: a ring cache [C, H, D] = [256, 2, 64] read as [H, D, C] has its columns H x D apart but
+// its k contiguous, in 64 KB matrices (STREAM_MIN_B_BYTES), and one query row a head reads it: the column
+// GEMM's form (b strides 64, 0, 128, 1: head, row, column, k), in tiles of one session and one head. Nine
+// query rows a head (more than wavec.opcodes.COLUMN_GEMM_ROWS) keep the copy.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @k_in_place() {
+    %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x256x2x64xf32>
+    %q = wave.input "q" {cohort_axis = 0 : i64} : tensor<2x2x1x64xf32>
+    %kt = wave.transpose %kc {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x256x2x64xf32>) -> tensor<2x2x64x256xf32>
+    %s = wave.matmul %q, %kt : (tensor<2x2x1x64xf32>, tensor<2x2x64x256xf32>) -> tensor<2x2x1x256xf32>
+    wave.output "s", %s {cohort_axis = 0 : i64} : tensor<2x2x1x256xf32>
+    func.return
+  }
+}
+// CHECK-NOT:   wpk.phase "transpose
+// CHECK-LABEL: wpk.phase "matmul_3"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.q", "in.k"], {{.*}}params = array<i64: 2, 3, 2, 1, 256, 64, 0, 256, 256, 1, 64, 64, 0, 1, 64, 0, 128, 1,
+// CHECK-SAME:    sessions = array<i64: 0, 1, 0, 1, 1, 2, 1, 2>, elems = array<i64: 0, 256, 256, 512, 0, 256, 256, 512>}
+
+// -----
+
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @many_queries_copy_k() {
+    %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x256x2x64xf32>
+    %q = wave.input "q" {cohort_axis = 0 : i64} : tensor<2x2x9x64xf32>
+    %kt = wave.transpose %kc {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x256x2x64xf32>) -> tensor<2x2x64x256xf32>
+    %s = wave.matmul %q, %kt : (tensor<2x2x9x64xf32>, tensor<2x2x64x256xf32>) -> tensor<2x2x9x256xf32>
+    wave.output "s", %s {cohort_axis = 0 : i64} : tensor<2x2x9x256xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "transpose_2"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.k"]
+// CHECK:       wpk.phase "matmul_3"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.q", "t2"]

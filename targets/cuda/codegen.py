@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from string import Template
 
-from wavec.opcodes import BINARY, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
+from wavec.opcodes import BINARY, COLUMN_GEMM_ROWS, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
 PROTOCOL = 7  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
@@ -252,6 +252,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "param_window": param_window(meta),
         "param_words": int(meta.get("param_words", 0)),
         "gemm_cols": GEMM_COLS,
+        "column_gemm_rows": COLUMN_GEMM_ROWS,
         "tg_stages": TILED_GEMM_STAGES,
         "gemm_smem_floats": gemm_smem_bytes(block_threads(meta)) // 4,
         "gemm_smem_symbol": GEMM_SMEM_SYMBOL,
@@ -1406,6 +1407,71 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
   __syncthreads();  // the staging is free for the block's next task
 }
 
+// ---- The column GEMM (b k-contiguous, a few rows) -------------------------------------------------------
+// A MATMUL tile of at most kColRows rows whose b is k-contiguous (bk = 1) in 16-byte pieces: attention's scores
+// read a ring cache [C, H, D] as K^T [H, D, C] in place, a column (a slot) being D contiguous floats. Each
+// thread owns columns n = threadIdx.x, + blockDim.x, ...; for each it loads kColChunk of the column's k values
+// at once (16-byte loads, all in flight) and multiplies them with the tile's rows of A, staged in shared memory
+// and read as broadcasts, so the column is read once for all rows. Before it, K^T was copied so that the
+// streaming GEMM could take it: duplex:1b's decoder scores at 144 sessions took 5.4 ms a beat and their copies
+// 4.6 ms; read in place here, 5.6 ms (the beat 83.4 -> 78.9 ms; bench/RESULTS.md fourteenth run). A tile costs
+// ~12 us however small (the encoder's 32 KB heads), which is why wave-to-wpk keeps small matrices' copies.
+// Each output sums its products in k order, so every run gives the same bits.
+// Switch: kColumnGemm = false leaves these tiles to the lane-group body.
+constexpr bool kColumnGemm = true;
+constexpr unsigned kColRows = $column_gemm_rows;  // wavec.opcodes.COLUMN_GEMM_ROWS
+constexpr int kColChunk = 64;     // k values a thread has in flight: 16 loads of 16 bytes
+
+// Whether the column GEMM takes the tile: no prologue, few rows, b k-contiguous and its columns 16-byte aligned,
+// and the rows of A fit the staging.
+__device__ __forceinline__ bool column_gemm_takes(const MatmulTile& tile) {
+  return kColumnGemm && !tile.has_prologue && tile.M <= kColRows && tile.bk == 1 && tile.K % 4 == 0 &&
+         tile.bn % 4 == 0 && reinterpret_cast<uintptr_t>(tile.pb) % 16 == 0 &&
+         tile.M * tile.K <= (unsigned)kGemmSmemFloats;
+}
+
+__device__ __noinline__ void column_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
+  float* as = gemm_smem();  // A, M rows of K
+  __shared__ const float* arow[kColRows];
+  __shared__ MatmulTile::Row orow[kColRows];
+  const unsigned M = tile.M, K = tile.K, n_cols = tile.n_cols;
+  const long long ak = tile.ak, bn = tile.bn;
+  if (threadIdx.x < M) {
+    arow[threadIdx.x] = tile.a_row(threadIdx.x);
+    orow[threadIdx.x] = tile.row(threadIdx.x);
+  }
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < M * K; i += blockDim.x) as[i] = ld_global(arow[i / K] + (i % K) * ak);
+  __syncthreads();
+  for (unsigned n = threadIdx.x; n < n_cols; n += blockDim.x) {
+    const float4* col = reinterpret_cast<const float4*>(tile.pb + n * bn);
+    float acc[kColRows] = {};
+    for (unsigned k0 = 0; k0 < K; k0 += kColChunk) {
+      float4 v[kColChunk / 4];
+#pragma unroll
+      for (int j = 0; j < kColChunk / 4; ++j)
+        v[j] = k0 + 4 * j < K ? col[k0 / 4 + j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (unsigned m = 0; m < kColRows; ++m) {
+        if (m >= M) break;
+        const float* am = as + m * K + k0;
+#pragma unroll
+        for (int j = 0; j < kColChunk / 4; ++j) {
+          if (k0 + 4 * j >= K) break;
+          acc[m] = fmaf(am[4 * j], v[j].x, acc[m]);
+          acc[m] = fmaf(am[4 * j + 1], v[j].y, acc[m]);
+          acc[m] = fmaf(am[4 * j + 2], v[j].z, acc[m]);
+          acc[m] = fmaf(am[4 * j + 3], v[j].w, acc[m]);
+        }
+      }
+    }
+#pragma unroll
+    for (unsigned m = 0; m < kColRows; ++m)
+      if (m < M) tile.store(ep, orow[m], n, acc[m], error);
+  }
+  __syncthreads();  // the staging is free for the block's next task
+}
+
 // ---- The weight-streaming GEMM on tensor cores (a cohort's rows) ------------------------------------------
 // A tile of more than kSvRows rows and at most kMmaStreamRows, b n-contiguous in 16-byte column vectors, no
 // prologue. The streaming GEMM's narrow pass keeps accumulators for 8 rows and streams b once per 8 rows;
@@ -1560,7 +1626,8 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
   }
 }
 
-// Runs the task on a GEMM body and returns true: the tensor-core streaming GEMM for a tile it takes
+// Runs the task on a GEMM body and returns true: the column GEMM for a tile it takes (column_gemm_takes), the
+// tensor-core streaming GEMM for a tile it takes
 // (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM that the tiled GEMM declines; b n-contiguous in
 // column vectors, long k, no prologue), else the tiled GEMM for a tile of at least kTgMinRows rows and a
 // quarter of a block's columns, else the streaming GEMM's narrow pass when b is n-contiguous (at most 32
@@ -1570,6 +1637,13 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   MatmulTile tile;
   const long long* ep_words;
   if (!single_b_tile(t, p, arena_base, tile, ep_words)) return false;
+  if (column_gemm_takes(tile)) {
+    const Epilogue ep(t, arena_base, ep_words, 2);
+    bool error = false;
+    column_gemm(tile, ep, error);
+    if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
+    return true;
+  }
   const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgMinRows && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % kGemmCols == 0 && tile.bk % kGemmCols == 0 &&
                     reinterpret_cast<uintptr_t>(tile.pb) % (kGemmCols * sizeof(float)) == 0;
