@@ -428,6 +428,32 @@ def _is_bf16_weight(value: SSAValue) -> bool:
     return weight is not None and weight.is_bf16
 
 
+def transposed_matvec(params: MatmulParams) -> MatmulParams | None:
+    """A matrix-vector product out[r] = sum_k a[r, k] b[k] (one column, no prologue or epilogue) over a matrix
+    whose rows are k-contiguous and evenly strided, of STREAM_MIN_B_BYTES or more, with the same b for every
+    row, as its transpose out^T = b^T a^T: one row of b^T against a^T's k-contiguous columns, the column GEMM's
+    form (each thread reads a row of a 16 bytes a load, all in flight). Inputs swap: (b, a). On the lane-group
+    body each row had a thread reading four loads at a time: duplex:1b's Mamba2 readouts (y = h @ c over a 1 MB
+    state a session) took 45 us a two-session tile, 3.6 ms a beat at 144 sessions (bench/RESULTS.md fourteenth
+    run). None when the product is not of that form."""
+    rank = len(params.shape)
+    rows = params.shape[:-1]
+    if (params.shape[-1] != 1 or params.prologue != NO_PROLOGUE or params.epilogue != NO_EPILOGUE
+            or params.a_strides[rank] != 1 or any(params.b_strides[:rank - 1])):
+        return None
+    row_stride = params.a_strides[rank - 2]
+    expected = row_stride
+    for d in range(rank - 2, -1, -1):
+        if rows[d] != 1 and params.a_strides[d] != expected:
+            return None
+        expected *= rows[d]
+    n_rows = math.prod(rows)
+    if row_stride % GEMM_COLS or params.k % GEMM_COLS or 4 * n_rows * params.k < STREAM_MIN_B_BYTES:
+        return None
+    return MatmulParams(shape=(1, n_rows), k=params.k, out_strides=(n_rows, 1), a_strides=(0, 0, params.b_strides[rank]),
+                        b_strides=(0, row_stride, 1))
+
+
 def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) -> tuple:
     a, b = ins[:2]
     n_pro = len(op.prologue_inputs)
@@ -449,6 +475,9 @@ def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) ->
         prologue=_prologue(op, a, pro_extras, out),
         b_tf32=_is_bf16_weight(op.b),
     )
+    transposed = transposed_matvec(params) if a.per_session else None
+    if transposed is not None:
+        return transposed, [b, a], out
     return params, [a, b, *pro_extras, *extras], out
 
 

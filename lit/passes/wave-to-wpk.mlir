@@ -332,3 +332,25 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.k"]
 // CHECK:       wpk.phase "matmul_3"
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.q", "t2"]
+
+// -----
+
+// A matrix-vector product over a per-session matrix of 64 KB (a Mamba2 state read out, y = h @ c) is lowered
+// as its transpose c^T h^T: inputs swapped (c, h), one row of 256 columns, h read as a k-contiguous b (strides
+// 64, 1), the column GEMM's form. The same product over 16 KB keeps its form (h as a, c as b).
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @readout() {
+    %h = wave.input "h" {cohort_axis = 0 : i64} : tensor<2x4x64x64xf32>
+    %c = wave.input "c" {cohort_axis = 0 : i64} : tensor<2x1x64x1xf32>
+    %y = wave.matmul %h, %c : (tensor<2x4x64x64xf32>, tensor<2x1x64x1xf32>) -> tensor<2x4x64x1xf32>
+    %s = wave.input "s" {cohort_axis = 0 : i64} : tensor<2x4x16x64xf32>
+    %z = wave.matmul %s, %c : (tensor<2x4x16x64xf32>, tensor<2x1x64x1xf32>) -> tensor<2x4x16x1xf32>
+    wave.output "y", %y {cohort_axis = 0 : i64} : tensor<2x4x64x1xf32>
+    wave.output "z", %z {cohort_axis = 0 : i64} : tensor<2x4x16x1xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "matmul_2"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.c", "in.h"], {{.*}}params = array<i64: 2, 2, 1, 256, 64, 0, 256, 1, 0, 0, 1, 0, 64, 1,
+// CHECK:       wpk.phase "matmul_4"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.s", "in.c"], {{.*}}params = array<i64: 2, 3, 4, 16, 1, 64, 0,

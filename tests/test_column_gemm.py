@@ -1,0 +1,76 @@
+"""The column GEMM's two lowerings (wave-to-wpk), through the whole compiler and the interpreter against a
+float64 numpy reference on fresh random inputs, per session: attention's K^T read in place from a cache
+[C, H, D] (no transpose phase; b k-contiguous), and a matrix-vector product over a per-session matrix lowered
+as its transpose (b^T a^T, inputs swapped). The CUDA body itself is checked on the GPU (scripts/gpu_check.py
+on the zoo, bench/RESULTS.md fourteenth run); here the parameter blocks it reads must describe the same
+product. fp32 against float64: 1e-5 relative."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from test_epilogue import onnx_model
+from wavec.driver import compile_graph
+from wavec.frontends.onnx import import_onnx
+from wavec.opcodes import MatmulParams
+
+SESSIONS, WORKERS = 3, 4
+
+
+def _run(model, frames: dict[str, np.ndarray]):
+    profile = compile_graph(import_onnx(model), sessions=SESSIONS, workers=WORKERS)
+    got = profile.run({k: v[None] for k, v in frames.items()}, backend="interp", reset=np.zeros((1, SESSIONS), bool))
+    return profile, {k: v[0] for k, v in got.items()}
+
+
+def _matmul_params(profile) -> list[MatmulParams]:
+    payloads = profile.payloads[np.argsort(profile.payloads["task"])]
+    starts = np.cumsum([0] + [q["tasks"] for q in profile.meta["phases"]])
+    return [MatmulParams.unpack(profile.params, int(payloads[starts[i]]["params"]))
+            for i, q in enumerate(profile.meta["phases"]) if q["op"] == "wave.matmul"]
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_k_transpose_is_read_in_place_and_the_scores_match_numpy():
+    """q [H, 1, D] against a cache [C, H, D] = [256, 2, 64] read as [H, D, C]: 64 KB a head, so no copy phase;
+    the scores' b runs along k with stride 1 and across slots H x D apart."""
+    c, h, d = 256, 2, 64
+    rng = np.random.default_rng(11)
+    model = onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 2, 0]),
+                        helper.make_node("MatMul", ["q", "kt"], ["s"])],
+                       [("q", [h, 1, d]), ("k", [c, h, d])], [("s", [h, 1, c])], {})
+    q, k = rng.standard_normal((SESSIONS, h, 1, d)), rng.standard_normal((SESSIONS, c, h, d))
+    profile, got = _run(model, {"q": q.astype(np.float32), "k": k.astype(np.float32)})
+    assert not [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"]
+    (params,) = _matmul_params(profile)
+    assert params.b_strides[-2:] == (h * d, 1)
+    _close(got["s"], q @ k.transpose(0, 2, 3, 1))
+
+
+def test_a_matvec_over_a_per_session_matrix_runs_as_its_transpose():
+    """y = h @ c, h [4, 64, 64] a session (64 KB), c [1, 64, 1]: lowered as c^T h^T over 256 columns, h read
+    as b k-contiguous (strides 64, 1) and c as a, one row."""
+    rng = np.random.default_rng(12)
+    model = onnx_model([helper.make_node("MatMul", ["h", "c"], ["y"])],
+                       [("h", [4, 64, 64]), ("c", [1, 64, 1])], [("y", [4, 64, 1])], {})
+    h, c = rng.standard_normal((SESSIONS, 4, 64, 64)), rng.standard_normal((SESSIONS, 1, 64, 1))
+    profile, got = _run(model, {"h": h.astype(np.float32), "c": c.astype(np.float32)})
+    (params,) = _matmul_params(profile)
+    assert (params.shape, params.b_strides, params.a_strides) == ((1, 256), (0, 64, 1), (0, 0, 1))
+    _close(got["y"], h @ c)
+
+
+def test_a_small_matvec_keeps_its_form():
+    """Under 64 KB a session (h [4, 16, 64], 16 KB) the product keeps a as a and b as b."""
+    rng = np.random.default_rng(13)
+    model = onnx_model([helper.make_node("MatMul", ["h", "c"], ["y"])],
+                       [("h", [4, 16, 64]), ("c", [1, 64, 1])], [("y", [4, 16, 1])], {})
+    h, c = rng.standard_normal((SESSIONS, 4, 16, 64)), rng.standard_normal((SESSIONS, 1, 64, 1))
+    profile, got = _run(model, {"h": h.astype(np.float32), "c": c.astype(np.float32)})
+    (params,) = _matmul_params(profile)
+    assert params.shape == (4, 16, 1)
+    _close(got["y"], h @ c)
