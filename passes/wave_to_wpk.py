@@ -165,10 +165,9 @@ def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: in
     """Tiles of a MATMUL whose b is per session: `row_tiles` (one session a tile, the only tiles the GEMM bodies
     take with a per-session b) when the streaming GEMM is worth its cost (one matrix of b holds
     STREAM_MIN_B_BYTES or more, or a prologue) or b is ``k_contiguous`` (the column GEMM's form), else `tiles`,
-    whose fewer tiles the lane-group body runs. A
-    cohort of more sessions than workers gets one-session tiles too: at 136 sessions on 132 workers, tiles of
-    two sessions sent duplex:1b's decoder attention to lane groups, 192 ms a beat (bench/RESULTS.md thirteenth
-    run)."""
+    whose fewer tiles the lane-group body runs. A cohort of more sessions than workers gets one-session tiles
+    too: at 136 sessions on 132 workers, tiles of two sessions sent duplex:1b's decoder attention to lane
+    groups, 192 ms a beat (bench/RESULTS.md thirteenth run)."""
     if has_prologue or k_contiguous or k * cols * 4 >= STREAM_MIN_B_BYTES:
         return row_tiles(sessions, rows, cols, workers, min_elems, row_block)
     return tiles(sessions, rows * cols, workers, min_elems)
@@ -450,8 +449,8 @@ def transposed_matvec(params: MatmulParams) -> MatmulParams | None:
     n_rows = math.prod(rows)
     if row_stride % GEMM_COLS or params.k % GEMM_COLS or 4 * n_rows * params.k < STREAM_MIN_B_BYTES:
         return None
-    return MatmulParams(shape=(1, n_rows), k=params.k, out_strides=(n_rows, 1), a_strides=(0, 0, params.b_strides[rank]),
-                        b_strides=(0, row_stride, 1))
+    return MatmulParams(shape=(1, n_rows), k=params.k, out_strides=(n_rows, 1),
+                        a_strides=(0, 0, params.b_strides[rank]), b_strides=(0, row_stride, 1))
 
 
 def _lower_matmul(lw: _Lowering, op: wave.MatmulOp, ins: list[Loc], out: Loc) -> tuple:
@@ -595,7 +594,7 @@ def folds_into_matmuls(op: wave.TransposeOp, view: Loc) -> bool:
       duplex:1b 7.4 ms a beat at 144 sessions. Smaller matrices keep the copy: the encoder's 32 KB heads took
       12 us a one-head tile on the column GEMM, 4.9 ms a beat against 4.3 for the copies and the lane-group
       body's fewer tiles (bench/RESULTS.md fourteenth run)."""
-    users = [use for use in op.result.uses]
+    users = list(op.result.uses)
     if not all(isinstance(use.operation, wave.MatmulOp) and use.index == 1 for use in users):
         return False
     if view.strides[-1] == 1:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import re
 from string import Template
 
-from wavec.opcodes import BINARY, COLUMN_GEMM_ROWS, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena, Insn, Opcode
+from wavec.opcodes import (BINARY, COLUMN_GEMM_ROWS, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena,
+                           Insn, Opcode)
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
 PROTOCOL = 7  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
@@ -815,8 +816,9 @@ constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 
 // past WM x kWarpsN only copy). TgBlock<kTgWarpsM> is the kTgM x kTgN block; TgBlock<5> (80 x 48 at 512
 // threads, 15 of the 16 warps computing) takes the tiles it runs in fewer blocks (tall_blocks_are_fewer: 65 to
 // 80 rows in one pass where kTgM-row blocks take two, each streaming the tile's weights again; duplex:1b's
-// largest GEMMs over a cohort of 132 to 160 sessions, halved). B's staged rows: kN of kTgLd floats when k-contiguous, kTgK of kLdN when n-contiguous; kLdN = kN + 8
-// puts the fragment reads on banks 8q + g (kN 64) or 24q + g (kN 48), 32 distinct either way.
+// largest GEMMs over a cohort of 132 to 160 sessions, halved). B's staged rows: kN of kTgLd floats when
+// k-contiguous, kTgK of kLdN when n-contiguous; kLdN = kN + 8 puts the fragment reads on banks 8q + g (kN 64)
+// or 24q + g (kN 48), 32 distinct either way.
 template <int WM>
 struct TgBlock {
   static constexpr int kWarpsM = WM, kWarpsN = kTgWarps / WM, kM = 16 * WM, kN = 16 * kWarpsN;
@@ -911,7 +913,8 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big
 // [kN][kTgLd] when k-contiguous, [kTgK][kLdN] when n-contiguous (TgBlock). The fragment reads then hit 32
 // distinct banks (A and k-major B: 4g + q), and every pitch keeps 16-byte copies aligned.
 constexpr int tg_stages_floats() {
-  return kTgStages * (kTgTallFits && TgTall::kStageFloats > TgWide::kStageFloats ? TgTall::kStageFloats : TgWide::kStageFloats);
+  const bool tall = kTgTallFits && TgTall::kStageFloats > TgWide::kStageFloats;
+  return kTgStages * (tall ? TgTall::kStageFloats : TgWide::kStageFloats);
 }
 
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
@@ -984,11 +987,11 @@ __device__ __forceinline__ void tg_products(const float* stage, unsigned wm, uns
 //                                           reads (CopySource: the floats inside the operand, the rest 0);
 //   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
 // Ops::Block is the block's shape (TgBlock), Ops::kBAlongK which way B lies (TgWalkB, TgBlock::b_offset),
-// Ops::kVec the floats a copy; kBTf32, that B's
-// values are TF32 numbers (tg_products). Chunks are copied kTgStages - 1 ahead, so their loads' latency
-// overlaps the products of the chunks before: a chunk of duplex:1b's 32,000-column head took 2.45 us one chunk
-// ahead in registers, ~1.7 us so, where its instructions issue in ~0.6 us and its mma run in ~0.44 at the
-// measured mma.sync rate (bench/mma_rate.py; bench/RESULTS.md twelfth run). Every thread of the block calls it.
+// Ops::kVec the floats a copy; kBTf32, that B's values are TF32 numbers (tg_products). Chunks are copied
+// kTgStages - 1 ahead, so their loads' latency overlaps the products of the chunks before: a chunk of
+// duplex:1b's 32,000-column head took 2.45 us one chunk ahead in registers, ~1.7 us so, where its instructions
+// issue in ~0.6 us and its mma run in ~0.44 at the measured mma.sync rate (bench/mma_rate.py; bench/RESULTS.md
+// twelfth run). Every thread of the block calls it.
 template <bool kBTf32, class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
   constexpr bool kAlongK = Ops::kBAlongK;
@@ -1409,7 +1412,9 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 
 // ---- The column GEMM (b k-contiguous, a few rows) -------------------------------------------------------
 // A MATMUL tile of at most kColRows rows whose b is k-contiguous (bk = 1) in 16-byte pieces: attention's scores
-// read a ring cache [C, H, D] as K^T [H, D, C] in place, a column (a slot) being D contiguous floats. Each
+// read a ring cache [C, H, D] as K^T [H, D, C] in place, a column (a slot) being D contiguous floats, and a
+// matrix-vector product over a per-session matrix lowered as its transpose (a Mamba2 readout y = h @ c as
+// c^T h^T, a column being a row of h; wave-to-wpk transposed_matvec). Each
 // thread owns columns n = threadIdx.x, + blockDim.x, ...; for each it loads kColChunk of the column's k values
 // at once (16-byte loads, all in flight) and multiplies them with the tile's rows of A, staged in shared memory
 // and read as broadcasts, so the column is read once for all rows. Before it, K^T was copied so that the
@@ -1420,7 +1425,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 // Switch: kColumnGemm = false leaves these tiles to the lane-group body.
 constexpr bool kColumnGemm = true;
 constexpr unsigned kColRows = $column_gemm_rows;  // wavec.opcodes.COLUMN_GEMM_ROWS
-constexpr int kColChunk = 64;     // k values a thread has in flight: 16 loads of 16 bytes
+constexpr int kColChunk = 64;  // k values a thread has in flight: 16 loads of 16 bytes
 
 // Whether the column GEMM takes the tile: no prologue, few rows, b k-contiguous and its columns 16-byte aligned,
 // and the rows of A fit the staging.
@@ -1627,11 +1632,11 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 }
 
 // Runs the task on a GEMM body and returns true: the column GEMM for a tile it takes (column_gemm_takes), the
-// tensor-core streaming GEMM for a tile it takes
-// (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM that the tiled GEMM declines; b n-contiguous in
-// column vectors, long k, no prologue), else the tiled GEMM for a tile of at least kTgMinRows rows and a
-// quarter of a block's columns, else the streaming GEMM's narrow pass when b is n-contiguous (at most 32
-// column vectors a warp); or returns false with nothing done (the lane-group body's tiles).
+// tensor-core streaming GEMM for a tile it takes (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM
+// that the tiled GEMM declines; b n-contiguous in column vectors, long k, no prologue), else the tiled GEMM for
+// a tile of at least kTgMinRows rows and a quarter of a block's columns, else the streaming GEMM's narrow pass
+// when b is n-contiguous (at most 32 column vectors a warp); or returns false with nothing done (the
+// lane-group body's tiles).
 __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long* __restrict__ p,
                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
   MatmulTile tile;
