@@ -8,6 +8,7 @@ product. fp32 against float64: 1e-5 relative."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import helper
 
 from test_epilogue import onnx_model
@@ -51,26 +52,19 @@ def test_k_transpose_is_read_in_place_and_the_scores_match_numpy():
     _close(got["s"], q @ k.transpose(0, 2, 3, 1))
 
 
-def test_a_matvec_over_a_per_session_matrix_runs_as_its_transpose():
-    """y = h @ c, h [4, 64, 64] a session (64 KB), c [1, 64, 1]: lowered as c^T h^T over 256 columns, h read
-    as b k-contiguous (strides 64, 1) and c as a, one row."""
-    rng = np.random.default_rng(12)
+@pytest.mark.parametrize("rows, transposed", [(64, True), (16, False)])
+def test_a_matvec_over_a_per_session_matrix_of_64_kb_runs_as_its_transpose(rows, transposed):
+    """y = h @ c, h [4, rows, 64] a session, c [1, 64, 1]: at 64 KB (rows 64) lowered as c^T h^T over 4 x rows
+    columns, h read as b k-contiguous (strides 64, 1) and c as a, one row; under it (rows 16, 16 KB) h stays a
+    and c b."""
+    rng = np.random.default_rng(12 + rows)
     model = onnx_model([helper.make_node("MatMul", ["h", "c"], ["y"])],
-                       [("h", [4, 64, 64]), ("c", [1, 64, 1])], [("y", [4, 64, 1])], {})
-    h, c = rng.standard_normal((SESSIONS, 4, 64, 64)), rng.standard_normal((SESSIONS, 1, 64, 1))
+                       [("h", [4, rows, 64]), ("c", [1, 64, 1])], [("y", [4, rows, 1])], {})
+    h, c = rng.standard_normal((SESSIONS, 4, rows, 64)), rng.standard_normal((SESSIONS, 1, 64, 1))
     profile, got = _run(model, {"h": h.astype(np.float32), "c": c.astype(np.float32)})
     (params,) = _matmul_params(profile)
-    assert (params.shape, params.b_strides, params.a_strides) == ((1, 256), (0, 64, 1), (0, 0, 1))
-    _close(got["y"], h @ c)
-
-
-def test_a_small_matvec_keeps_its_form():
-    """Under 64 KB a session (h [4, 16, 64], 16 KB) the product keeps a as a and b as b."""
-    rng = np.random.default_rng(13)
-    model = onnx_model([helper.make_node("MatMul", ["h", "c"], ["y"])],
-                       [("h", [4, 16, 64]), ("c", [1, 64, 1])], [("y", [4, 16, 1])], {})
-    h, c = rng.standard_normal((SESSIONS, 4, 16, 64)), rng.standard_normal((SESSIONS, 1, 64, 1))
-    profile, got = _run(model, {"h": h.astype(np.float32), "c": c.astype(np.float32)})
-    (params,) = _matmul_params(profile)
-    assert params.shape == (4, 16, 1)
+    if transposed:
+        assert (params.shape, params.b_strides, params.a_strides) == ((1, 4 * rows), (0, 64, 1), (0, 0, 1))
+    else:
+        assert params.shape == (4, rows, 1)
     _close(got["y"], h @ c)
