@@ -52,6 +52,22 @@ def test_k_transpose_is_read_in_place_and_the_scores_match_numpy():
     _close(got["s"], q @ k.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("rows, in_place", [(8, True), (9, False)])
+def test_a_k_transpose_of_lower_rank_is_read_in_place_for_at_most_8_rows(rows, in_place):
+    """q [rows, 1, D] against one K^T [D, C] a session (b of lower rank than q, broadcast over q's batch dim):
+    rows query rows read each matrix, so 8 read it in place and 9 keep the copy, whatever the cohort (the rule
+    once aligned the cohort axis of b on q's batch dim, and read 1 row a matrix from 2 sessions on)."""
+    c, d = 256, 64
+    rng = np.random.default_rng(14)
+    model = onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 0]),
+                        helper.make_node("MatMul", ["q", "kt"], ["s"])],
+                       [("q", [rows, 1, d]), ("k", [c, d])], [("s", [rows, 1, c])], {})
+    q, k = rng.standard_normal((SESSIONS, rows, 1, d)), rng.standard_normal((SESSIONS, c, d))
+    profile, got = _run(model, {"q": q.astype(np.float32), "k": k.astype(np.float32)})
+    assert in_place == (not [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"])
+    _close(got["s"], q @ k.transpose(0, 2, 1)[:, None])
+
+
 @pytest.mark.parametrize("rows, transposed", [(64, True), (16, False)])
 def test_a_matvec_over_a_per_session_matrix_of_64_kb_runs_as_its_transpose(rows, transposed):
     """y = h @ c, h [4, rows, 64] a session, c [1, 64, 1]: at 64 KB (rows 64) lowered as c^T h^T over 4 x rows
