@@ -36,3 +36,19 @@ func.func @shared_constant_output() {
 // CHECK-NEXT:    wave.output "c", %[[B]] : tensor<64x4xf32>
 
 // TWICE: wave-cohort: the module already has wave.cohort = 64
+
+// -----
+
+// A per-session b of lower rank than the matmul's result (one K^T [8, 6] read by every query row [4, 1, 8])
+// gets a unit axis after the cohort axis, [64, 1, 8, 6], so that the batch axes still pair from the right
+// (as [64, 8, 6] the cohort axis would pair with the query rows' 4, an IR the verifier refuses).
+func.func @lower_rank_b() {
+  %q = wave.input "q" {cohort_axis = 0 : i64} : tensor<4x1x8xf32>
+  %k = wave.input "k" {cohort_axis = 0 : i64} : tensor<8x6xf32>
+  %s = wave.matmul %q, %k : (tensor<4x1x8xf32>, tensor<8x6xf32>) -> tensor<4x1x6xf32>
+  wave.output "s", %s : tensor<4x1x6xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @lower_rank_b
+// CHECK:         %[[K1:.*]] = wave.reshape %k : (tensor<64x8x6xf32>) -> tensor<64x1x8x6xf32>
+// CHECK-NEXT:    wave.matmul %q, %[[K1]] : (tensor<64x4x1x8xf32>, tensor<64x1x8x6xf32>) -> tensor<64x4x1x6xf32>
