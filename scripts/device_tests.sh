@@ -8,6 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The GPU machine reaches no registry: the Silero model comes from .device/ when carried there.
 [ -z "${WAVEC_CACHE:-}" ] && [ -f .device/silero_vad_16k_op15.onnx ] && export WAVEC_CACHE=$PWD/.device
-python3 scripts/gpu_check.py --builtin 5 300 --beats 200 --warmup 20
-python3 scripts/gpu_check.py --builtin 5 300 --beats 50 --warmup 5 --cohort-gemm  # the opt-in GEMM body
+python3 scripts/gpu_check.py --builtin 5 72 300 --beats 200 --warmup 20  # 72: the tall tiled-GEMM block
 python3 scripts/silero_gpu.py "$@"

@@ -450,10 +450,12 @@ def test_a_kernel_switch_is_set_by_name_and_an_unknown_one_refused():
 @pytest.mark.parametrize("dims, switches", [(PROLOGUE, ()), (LARGE, ()), (TILED, ()), (TILED_NK, ()),
                                             (TILED, ("kTiledGemm",)), (TILED, ("kTiledGemm", "kStreamGemm"))],
                          ids=["prologue", "large", "tiled", "tiled-nk", "stream", "lane-groups"])
-@pytest.mark.parametrize("sessions", [5, 300])
+@pytest.mark.parametrize("sessions", [5, 72, 300])
 def test_cuda_prologue_matches_interp_and_reference(sessions, dims, switches):
-    """TILED and LARGE at 5 sessions run the streaming GEMM; ``switches`` turned off leave it every tile it
-    takes ("stream"), or give them all to the lane-group body."""
+    """TILED and LARGE at 5 sessions run the streaming GEMM, TILED_NK the column GEMM (b k-contiguous, 5 rows);
+    at 72 sessions TILED's and TILED_NK's first tile (72 x 128, copies 16 bytes wide) runs the tiled GEMM's
+    tall block (3 blocks of 80 x 48, not 4 of 64 x 64); ``switches`` turned off leave the streaming GEMM every
+    tile it takes ("stream"), or give them all to the lane-group body."""
     from wavec.targets.interp import run_beats as interp_run
 
     profile, weights = build_prologue_profile(sessions=sessions, dims=dims)
