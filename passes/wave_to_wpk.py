@@ -37,6 +37,7 @@ from xdsl.utils.exceptions import PassFailedException
 from wavec.analysis.cost import flops_per_element
 from wavec.dialects import wave, wpk
 from wavec.opcodes import (
+    COLUMN_GEMM_BLOCKS,
     COLUMN_GEMM_ROWS,
     GEMM_COLS,
     MAX_INPUTS,
@@ -168,9 +169,25 @@ def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: in
     whose fewer tiles the lane-group body runs. A cohort of more sessions than workers gets one-session tiles
     too: at 136 sessions on 132 workers, tiles of two sessions sent duplex:1b's decoder attention to lane
     groups, 192 ms a beat (bench/RESULTS.md thirteenth run)."""
-    if has_prologue or k_contiguous or k * cols * 4 >= STREAM_MIN_B_BYTES:
+    small = k * cols * 4 < STREAM_MIN_B_BYTES
+    if k_contiguous and small and not has_prologue and row_block <= COLUMN_GEMM_ROWS and rows > row_block:
+        return column_tiles(sessions, rows, cols, workers, row_block)
+    if has_prologue or k_contiguous or not small:
         return row_tiles(sessions, rows, cols, workers, min_elems, row_block)
     return tiles(sessions, rows * cols, workers, min_elems)
+
+
+def column_tiles(sessions: int, rows: int, cols: int, workers: int, row_block: int) -> list[tuple[int, int, int, int]]:
+    """Tiles of a MATMUL whose b is per session, k-contiguous and in small matrices (under STREAM_MIN_B_BYTES),
+    for the column GEMM: one session and whole matrices of b (``row_block`` rows each) a tile, up to
+    COLUMN_GEMM_BLOCKS, a session's matrices cut into as many pieces as the workers have for it (at most one
+    wave). duplex:1b's encoder heads (32 KB) at 144 sessions: one tile of 12 heads a session, where one head a
+    tile cost ~12 us each (bench/RESULTS.md fourteenth run)."""
+    blocks = rows // row_block
+    pieces = max(1, min(blocks, workers // sessions), math.ceil(blocks / COLUMN_GEMM_BLOCKS))
+    per = math.ceil(blocks / pieces)
+    return [(s, s + 1, b * row_block * cols, min(b + per, blocks) * row_block * cols)
+            for s in range(sessions) for b in range(0, blocks, per)]
 
 
 def rows_per_b(params: MatmulParams) -> int:
@@ -592,18 +609,16 @@ def folds_into_matmuls(op: wave.TransposeOp, view: Loc) -> bool:
     when the GEMM bodies read that view well:
     - b's columns contiguous (last stride 1): the streaming GEMM's form. Attention's V, a ring cache [C, H, D]
       read as [H, C, D], is one: duplex:1b copied each V cache whole every beat for it;
-    - b per session with its k contiguous (second-to-last stride 1), its matrices of STREAM_MIN_B_BYTES or
-      more, read by matmuls of at most COLUMN_GEMM_ROWS rows a matrix: the column GEMM's form, in tiles of one
-      matrix. Attention's K, the cache read as [H, D, C] with columns H x D apart, is one: its copies took
-      duplex:1b 7.4 ms a beat at 144 sessions. Smaller matrices keep the copy: the encoder's 32 KB heads took
-      12 us a one-head tile on the column GEMM, 4.9 ms a beat against 4.3 for the copies and the lane-group
-      body's fewer tiles (bench/RESULTS.md fourteenth run)."""
+    - b per session with its k contiguous (second-to-last stride 1), read by matmuls of at most
+      COLUMN_GEMM_ROWS rows a matrix: the column GEMM's form (`per_session_b_tiles`). Attention's K, the cache
+      read as [H, D, C] with columns H x D apart, is one: its copies took duplex:1b 7.4 ms a beat at 144
+      sessions (bench/RESULTS.md fourteenth run)."""
     users = list(op.result.uses)
     if not all(isinstance(use.operation, wave.MatmulOp) and use.index == 1 for use in users):
         return False
     if view.strides[-1] == 1:
         return True
-    return (view.per_session and view.strides[-2] == 1 and 4 * view.shape[-2] * view.shape[-1] >= STREAM_MIN_B_BYTES
+    return (view.per_session and view.strides[-2] == 1
             and all(rows_per_b_matrix(use.operation, True) <= COLUMN_GEMM_ROWS for use in users))
 
 

@@ -169,21 +169,31 @@ def test_per_session_b_tiles_are_one_session_and_whole_rows_of_one_head(sessions
     assert all(e0 % 128 == 0 and e1 % 128 == 0 and e0 // 512 == (e1 - 1) // 512 for _, _, e0, e1 in got)
 
 
-@pytest.mark.parametrize("k, cols, has_prologue, k_contiguous, rows_cut", [
-    (64, 128, False, False, False),  # encoder scores on a copied K^T: 32 KB
-    (128, 64, True, False, True),    # with a prologue
-    (64, 512, False, False, True),   # decoder scores: 128 KB
-    (64, 128, False, True, True),    # encoder scores reading K^T in place: the column GEMM's
-])
-def test_the_streaming_gemm_takes_a_small_per_session_b_only_with_a_prologue(k, cols, has_prologue, k_contiguous,
-                                                                           rows_cut):
-    """duplex:1b's encoder attention at 96 sessions (12 heads of one row each): the scores' b matrices (64 x
-    128 floats) are under STREAM_MIN_B_BYTES, so their tiles are the lane-group body's flat ranges across
-    heads, not 12 one-row tiles a session; with a prologue (which the streaming GEMM applies once per staged
-    value, lane groups once per output) the same matrices keep one-row tiles, and so do larger matrices and a
-    k-contiguous b (K^T read in place, which the column GEMM takes only in tiles of one matrix)."""
+@pytest.mark.parametrize("sessions, heads_a_tile", [(144, 12), (96, 12), (64, 6), (8, 1)])
+def test_the_column_gemm_takes_whole_small_heads_of_one_session_a_tile(sessions, heads_a_tile):
+    """duplex:1b's encoder scores read K^T in place (b k-contiguous, 12 heads of one row, 64 x 128 floats a
+    head: under STREAM_MIN_B_BYTES): tiles of one session and whole heads, as many pieces of a session as the
+    workers have for it (at most one wave): 144 and 96 sessions one tile of 12 heads each, 64 two of 6, 8
+    twelve of one."""
+    got = per_session_b_tiles(sessions, 12, 128, 64, 132, 8, 1, False, True)
+    seen = np.zeros((sessions, 12 * 128), np.int64)
+    for s0, s1, e0, e1 in got:
+        seen[s0:s1, e0:e1] += 1
+        assert s1 - s0 == 1 and e0 % 128 == 0 and e1 - e0 == heads_a_tile * 128
+    assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("k, cols, has_prologue, rows_cut", [(64, 128, False, False),  # encoder scores: 32 KB
+                                                             (128, 64, True, True),  # with a prologue
+                                                             (64, 512, False, True)])  # decoder scores: 128 KB
+def test_the_streaming_gemm_takes_a_small_per_session_b_only_with_a_prologue(k, cols, has_prologue, rows_cut):
+    """duplex:1b's encoder attention at 96 sessions (12 heads of one row each) on a copied K^T: the scores' b
+    matrices (64 x 128 floats) are under STREAM_MIN_B_BYTES, so their tiles are the lane-group body's flat ranges
+    across heads, not 12 one-row tiles a session; with a prologue (which the streaming GEMM applies once per
+    staged value, lane groups once per output) the same matrices keep one-row tiles, and so do larger
+    matrices."""
     assert 64 * 128 * 4 < STREAM_MIN_B_BYTES <= 64 * 512 * 4
-    got = per_session_b_tiles(96, 12, cols, k, 132, 8, 1, has_prologue, k_contiguous)
+    got = per_session_b_tiles(96, 12, cols, k, 132, 8, 1, has_prologue, False)
     one_row = all(e1 - e0 <= cols and e0 // cols == (e1 - 1) // cols for _, _, e0, e1 in got)
     assert one_row == rows_cut
     if not rows_cut:

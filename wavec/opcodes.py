@@ -33,6 +33,8 @@ GEMM_COLS = 4
 # at most this many rows a matrix of b runs on the kernel's column GEMM, which reads each column once for all
 # of them; wave-to-wpk reads a transpose in place for such matmuls only.
 COLUMN_GEMM_ROWS = 8
+# Matrices: a one-session tile of the column GEMM holds at most this many matrices of b (attention's heads).
+COLUMN_GEMM_BLOCKS = 64
 
 
 class Arena(enum.IntEnum):

@@ -250,26 +250,29 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
-// Attention over a ring cache [C, H, D]: V read as [H, C, D] keeps its columns (D) contiguous, so the
-// transpose is a view the matmul reads through (no phase); K read as [H, D, C] has its columns H x D apart
-// and matrices of 96 bytes, too small for the column GEMM's tiles of one matrix, so it stays a copy.
+// Attention over a ring cache [C, H, D] = [6, 4, 4], both transposes read in place (no transpose phase): V
+// read as [H, C, D] keeps its columns (D) contiguous, the streaming GEMM's form; K read as [H, D, C] has its
+// columns H x D apart but its k contiguous, and one query row a head reads it, the column GEMM's form (b
+// strides 4, 0, 16, 1: head, row, column, k). Its matrices are small (96 bytes), so a tile holds one session
+// and whole heads, as many pieces of the session as the workers have for it: two heads a tile.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @attention_views() {
-    %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x6x2x4xf32>
-    %vc = wave.input "v" {cohort_axis = 0 : i64} : tensor<2x6x2x4xf32>
-    %q = wave.input "q" {cohort_axis = 0 : i64} : tensor<2x2x1x4xf32>
-    %kt = wave.transpose %kc {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x6x2x4xf32>) -> tensor<2x2x4x6xf32>
-    %s = wave.matmul %q, %kt : (tensor<2x2x1x4xf32>, tensor<2x2x4x6xf32>) -> tensor<2x2x1x6xf32>
-    %vt = wave.transpose %vc {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x6x2x4xf32>) -> tensor<2x2x6x4xf32>
-    %o = wave.matmul %s, %vt : (tensor<2x2x1x6xf32>, tensor<2x2x6x4xf32>) -> tensor<2x2x1x4xf32>
-    wave.output "o", %o {cohort_axis = 0 : i64} : tensor<2x2x1x4xf32>
+    %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x6x4x4xf32>
+    %vc = wave.input "v" {cohort_axis = 0 : i64} : tensor<2x6x4x4xf32>
+    %q = wave.input "q" {cohort_axis = 0 : i64} : tensor<2x4x1x4xf32>
+    %kt = wave.transpose %kc {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x6x4x4xf32>) -> tensor<2x4x4x6xf32>
+    %s = wave.matmul %q, %kt : (tensor<2x4x1x4xf32>, tensor<2x4x4x6xf32>) -> tensor<2x4x1x6xf32>
+    %vt = wave.transpose %vc {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x6x4x4xf32>) -> tensor<2x4x6x4xf32>
+    %o = wave.matmul %s, %vt : (tensor<2x4x1x6xf32>, tensor<2x4x6x4xf32>) -> tensor<2x4x1x4xf32>
+    wave.output "o", %o {cohort_axis = 0 : i64} : tensor<2x4x1x4xf32>
     func.return
   }
 }
-// CHECK-LABEL: wpk.phase "transpose_3"
-// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.k"]
-// CHECK:       wpk.phase "matmul_4"
-// CHECK-NOT:   wpk.phase "transpose_5"
+// CHECK-NOT:   wpk.phase "transpose
+// CHECK-LABEL: wpk.phase "matmul_4"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.q", "in.k"], {{.*}}params = array<i64: 2, 3, 4, 1, 6, 4, 0, 6, 6, 1, 4, 4, 0, 1, 4, 0, 16, 1,
+// CHECK-SAME:    sessions = array<i64: 0, 1, 0, 1, 1, 2, 1, 2>, elems = array<i64: 0, 12, 12, 24, 0, 12, 12, 24>}
+// CHECK-NOT:   wpk.phase "transpose
 // CHECK:       wpk.phase "matmul_6"
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["t{{[0-9]+}}", "in.v"]
 
@@ -297,10 +300,9 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
-// K^T read in place: a ring cache [C, H, D] = [256, 2, 64] read as [H, D, C] has its columns H x D apart but
-// its k contiguous, in 64 KB matrices (STREAM_MIN_B_BYTES), and one query row a head reads it: the column
-// GEMM's form (b strides 64, 0, 128, 1: head, row, column, k), in tiles of one session and one head. Nine
-// query rows a head (more than wavec.opcodes.COLUMN_GEMM_ROWS) keep the copy.
+// K^T read in place in 64 KB matrices (STREAM_MIN_B_BYTES), a ring cache [C, H, D] = [256, 2, 64] read as
+// [H, D, C] (b strides 64, 0, 128, 1: head, row, column, k): tiles of one session and one head. Nine query rows
+// a head (more than wavec.opcodes.COLUMN_GEMM_ROWS) keep the copy.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @k_in_place() {
     %kc = wave.input "k" {cohort_axis = 0 : i64} : tensor<2x256x2x64xf32>

@@ -29,8 +29,8 @@ from __future__ import annotations
 import re
 from string import Template
 
-from wavec.opcodes import (BINARY, COLUMN_GEMM_ROWS, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS, TERNARY, UNARY, Arena,
-                           Insn, Opcode)
+from wavec.opcodes import (BINARY, COLUMN_GEMM_BLOCKS, COLUMN_GEMM_ROWS, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS,
+                           TERNARY, UNARY, Arena, Insn, Opcode)
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
 PROTOCOL = 7  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
@@ -254,6 +254,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "param_words": int(meta.get("param_words", 0)),
         "gemm_cols": GEMM_COLS,
         "column_gemm_rows": COLUMN_GEMM_ROWS,
+        "column_gemm_blocks": COLUMN_GEMM_BLOCKS,
         "tg_stages": TILED_GEMM_STAGES,
         "gemm_smem_floats": gemm_smem_bytes(block_threads(meta)) // 4,
         "gemm_smem_symbol": GEMM_SMEM_SYMBOL,
@@ -1080,6 +1081,9 @@ struct MatmulTile {
   const long long* prologue;  // the task's prologue words
   bool has_prologue;          // not the identity
   bool b_tf32;                // every value of b is a TF32 number (the MATMUL's b_tf32 word)
+  unsigned b_rows;            // consecutive rows m that read one matrix of b: M, or a block of a one-session tile
+  OperandView b;
+  const long long* b_strides;
 
   __device__ __forceinline__ Row row(unsigned m) const {
     if (m >= M) return Row{0, 0, 0, false};
@@ -1089,6 +1093,10 @@ struct MatmulTile {
   }
   __device__ __forceinline__ const float* a_row(unsigned m) const {
     return a.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, a_strides));
+  }
+  // The matrix of b that row m reads, at (k = 0, the tile's first column).
+  __device__ __forceinline__ const float* b_matrix(unsigned m) const {
+    return b.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, b_strides) + col0 * bn);
   }
   // Row m's view of the prologue's extras (which single_b_tile has checked do not vary along n).
   __device__ PrologueRow prologue_row(const Prologue& pro, unsigned m) const {
@@ -1107,7 +1115,8 @@ struct MatmulTile {
   }
 };
 
-// `ep_words`: where the task's epilogue starts (after its empty prologue).
+// `ep_words`: where the task's epilogue starts (after its empty prologue). A one-session tile of whole rows that
+// read several matrices of b, a block of rows each (tile.b_rows < M), is read too: only the column GEMM takes it.
 __device__ bool single_b_tile(const Payload& t, const long long* p, char* const* arena_base, MatmulTile& tile,
                               const long long*& ep_words) {
   const int rank = (int)p[1];
@@ -1126,26 +1135,32 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
     if (pro.strides[j * (rank + 1) + rank - 1] != 0) return false;
   const unsigned row0 = t.elem_begin / N, rows = (t.elem_end - 1) / N - row0 + 1;
   unsigned col0 = t.elem_begin % N, col1 = (t.elem_end - 1) % N + 1;
+  const long long M = (long long)(t.session_end - t.session_begin) * rows;
+  if (M >= (1LL << 31)) return false;
+  unsigned b_rows = (unsigned)M;
   if (rows > 1) {
     // Whole rows that read one matrix: the dims b varies along are constant over them, the rows within one
-    // block of the dims after the last such dim (wave-to-wpk's row_tiles cuts tiles so).
+    // block of the dims after the last such dim (wave-to-wpk's row_tiles cuts tiles so); or, in a one-session
+    // tile, whole such blocks (its column_tiles).
     if (t.elem_begin % N || t.elem_end % N) return false;
     unsigned block = 1;
     int d = rank - 2;
     #pragma unroll 1
     for (; d >= 0 && b_strides[d] == 0; --d) block *= (unsigned)shape[d];
-    if (d >= 0 && row0 / block != (row0 + rows - 1) / block) return false;
+    if (d >= 0 && row0 / block != (row0 + rows - 1) / block) {
+      if (!one_session || row0 % block || rows % block) return false;
+      b_rows = block;
+    }
     col0 = 0;
     col1 = N;
   }
-  const long long M = (long long)(t.session_end - t.session_begin) * rows;
-  if (M >= (1LL << 31)) return false;
   tile = MatmulTile{rank, shape, out_strides, a_strides, a_strides[rank], b_strides[rank], b_strides[rank - 1],
                     N, row0, rows, col0, t.session_begin, (unsigned)M, (unsigned)K, col1 - col0,
                     operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
                     operand(t, arena_base, 1).at(t.session_begin, strided_offset(row0 * N, rank, shape, b_strides) +
                                                                     col0 * b_strides[rank - 1]),
-                    b_strides + rank + 1, pro.n_extra != 0 || pro.n_code != 0, shape[rank + 1] != 0};
+                    b_strides + rank + 1, pro.n_extra != 0 || pro.n_code != 0, shape[rank + 1] != 0, b_rows,
+                    operand(t, arena_base, 1), b_strides};
   ep_words = pro.end;
   return true;
 }
@@ -1411,68 +1426,77 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
 }
 
 // ---- The column GEMM (b k-contiguous, a few rows) -------------------------------------------------------
-// A MATMUL tile of at most kColRows rows whose b is k-contiguous (bk = 1) in 16-byte pieces: attention's scores
-// read a ring cache [C, H, D] as K^T [H, D, C] in place, a column (a slot) being D contiguous floats, and a
-// matrix-vector product over a per-session matrix lowered as its transpose (a Mamba2 readout y = h @ c as
-// c^T h^T, a column being a row of h; wave-to-wpk transposed_matvec). Each
-// thread owns columns n = threadIdx.x, + blockDim.x, ...; for each it loads kColChunk of the column's k values
-// at once (16-byte loads, all in flight) and multiplies them with the tile's rows of A, staged in shared memory
-// and read as broadcasts, so the column is read once for all rows. Before it, K^T was copied so that the
-// streaming GEMM could take it: duplex:1b's decoder scores at 144 sessions took 5.4 ms a beat and their copies
-// 4.6 ms; read in place here, 5.6 ms (the beat 83.4 -> 78.9 ms; bench/RESULTS.md fourteenth run). A tile costs
-// ~12 us however small (the encoder's 32 KB heads), which is why wave-to-wpk keeps small matrices' copies.
-// Each output sums its products in k order, so every run gives the same bits.
+// A MATMUL tile whose b is k-contiguous (bk = 1) in 16-byte pieces, at most kColRows rows reading each matrix of
+// b: attention's scores reading a ring cache [C, H, D] as K^T [H, D, C] in place (a column, a slot, being D
+// contiguous floats; a one-session tile may hold several heads, up to kColBlocks), and a matrix-vector product
+// over a per-session matrix lowered as its transpose (a Mamba2 readout y = h @ c as c^T h^T, a column being a
+// row of h; wave-to-wpk transposed_matvec). Each thread takes (matrix, column) pairs in turn; for each it loads
+// kColChunk of the column's k values at once (16-byte loads, all in flight) and multiplies them with the
+// matrix's rows of A, staged in shared memory and read as broadcasts, so the column is read once for all of
+// them. Before it, K^T was copied so that the streaming GEMM could take it: duplex:1b's decoder scores at 144
+// sessions took 5.4 ms a beat and their copies 4.6 ms; read in place here, 5.6 ms (the beat 83.4 -> 78.9 ms;
+// bench/RESULTS.md fourteenth run). Each output sums its products in k order, so every run gives the same bits.
 // Switch: kColumnGemm = false leaves these tiles to the lane-group body.
 constexpr bool kColumnGemm = true;
-constexpr unsigned kColRows = $column_gemm_rows;  // wavec.opcodes.COLUMN_GEMM_ROWS
+constexpr unsigned kColRows = $column_gemm_rows;      // rows a matrix of b: wavec.opcodes.COLUMN_GEMM_ROWS
+constexpr unsigned kColBlocks = $column_gemm_blocks;  // matrices a tile: wavec.opcodes.COLUMN_GEMM_BLOCKS
 constexpr int kColChunk = 64;  // k values a thread has in flight: 16 loads of 16 bytes
 
-// Whether the column GEMM takes the tile: no prologue, few rows, b k-contiguous and its columns 16-byte aligned,
-// and the rows of A fit the staging.
+// Whether the column GEMM takes the tile: no prologue, at most kColRows rows a matrix of b and kColBlocks
+// matrices, b k-contiguous with every column's start 16-byte aligned, and the rows of A fit the staging.
 __device__ __forceinline__ bool column_gemm_takes(const MatmulTile& tile) {
-  return kColumnGemm && !tile.has_prologue && tile.M <= kColRows && tile.bk == 1 && tile.K % 4 == 0 &&
-         tile.bn % 4 == 0 && reinterpret_cast<uintptr_t>(tile.pb) % 16 == 0 &&
-         tile.M * tile.K <= (unsigned)kGemmSmemFloats;
+  if (!kColumnGemm || tile.has_prologue || tile.b_rows > kColRows || tile.M > kColRows * kColBlocks ||
+      tile.bk != 1 || tile.K % 4 || tile.bn % 4 || reinterpret_cast<uintptr_t>(tile.pb) % 16 ||
+      tile.M * tile.K > (unsigned)kGemmSmemFloats)
+    return false;
+  #pragma unroll 1
+  for (int d = 0; d + 1 < tile.rank; ++d)  // the other matrices' starts
+    if (tile.b_strides[d] % 4) return false;
+  return tile.b.sstride % 16 == 0;
 }
 
+// Threads take (matrix, column) pairs j = threadIdx.x, + blockDim.x, ... of the tile's M / b_rows matrices.
 __device__ __noinline__ void column_gemm(const MatmulTile& tile, const Epilogue& ep, bool& error) {
   float* as = gemm_smem();  // A, M rows of K
-  __shared__ const float* arow[kColRows];
-  __shared__ MatmulTile::Row orow[kColRows];
-  const unsigned M = tile.M, K = tile.K, n_cols = tile.n_cols;
+  __shared__ const float* arow[kColRows * kColBlocks];
+  __shared__ MatmulTile::Row orow[kColRows * kColBlocks];
+  __shared__ const float* bmat[kColBlocks];
+  const unsigned M = tile.M, K = tile.K, n_cols = tile.n_cols, rb = tile.b_rows, pairs = M / rb * n_cols;
   const long long ak = tile.ak, bn = tile.bn;
-  if (threadIdx.x < M) {
-    arow[threadIdx.x] = tile.a_row(threadIdx.x);
-    orow[threadIdx.x] = tile.row(threadIdx.x);
+  for (unsigned m = threadIdx.x; m < M; m += blockDim.x) {
+    arow[m] = tile.a_row(m);
+    orow[m] = tile.row(m);
+    if (m % rb == 0) bmat[m / rb] = tile.b_matrix(m);
   }
   __syncthreads();
   for (unsigned i = threadIdx.x; i < M * K; i += blockDim.x) as[i] = ld_global(arow[i / K] + (i % K) * ak);
   __syncthreads();
-  for (unsigned n = threadIdx.x; n < n_cols; n += blockDim.x) {
-    const float4* col = reinterpret_cast<const float4*>(tile.pb + n * bn);
+  for (unsigned j = threadIdx.x; j < pairs; j += blockDim.x) {
+    const unsigned m0 = j / n_cols * rb, n = j % n_cols;
+    const float4* col = reinterpret_cast<const float4*>(bmat[m0 / rb] + n * bn);
     float acc[kColRows] = {};
     for (unsigned k0 = 0; k0 < K; k0 += kColChunk) {
       float4 v[kColChunk / 4];
 #pragma unroll
-      for (int j = 0; j < kColChunk / 4; ++j)
-        v[j] = k0 + 4 * j < K ? col[k0 / 4 + j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int i = 0; i < kColChunk / 4; ++i)
+        v[i] = k0 + 4 * i < K ? col[k0 / 4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (unsigned m = 0; m < kColRows; ++m) {
-        if (m >= M) break;
-        const float* am = as + m * K + k0;
+      for (unsigned r = 0; r < kColRows; ++r) {
+        if (r >= rb) break;
+        const float* am = as + (m0 + r) * K + k0;
 #pragma unroll
-        for (int j = 0; j < kColChunk / 4; ++j) {
-          if (k0 + 4 * j >= K) break;
-          acc[m] = fmaf(am[4 * j], v[j].x, acc[m]);
-          acc[m] = fmaf(am[4 * j + 1], v[j].y, acc[m]);
-          acc[m] = fmaf(am[4 * j + 2], v[j].z, acc[m]);
-          acc[m] = fmaf(am[4 * j + 3], v[j].w, acc[m]);
+        for (int i = 0; i < kColChunk / 4; ++i) {
+          if (k0 + 4 * i >= K) break;
+          acc[r] = fmaf(am[4 * i], v[i].x, acc[r]);
+          acc[r] = fmaf(am[4 * i + 1], v[i].y, acc[r]);
+          acc[r] = fmaf(am[4 * i + 2], v[i].z, acc[r]);
+          acc[r] = fmaf(am[4 * i + 3], v[i].w, acc[r]);
         }
       }
     }
 #pragma unroll
-    for (unsigned m = 0; m < kColRows; ++m)
-      if (m < M) tile.store(ep, orow[m], n, acc[m], error);
+    for (unsigned r = 0; r < kColRows; ++r)
+      if (r < rb) tile.store(ep, orow[m0 + r], n, acc[r], error);
   }
   __syncthreads();  // the staging is free for the block's next task
 }
@@ -1649,6 +1673,7 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
     if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
     return true;
   }
+  if (tile.b_rows < tile.M) return false;  // several matrices of b: the column GEMM's tiles only
   const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgMinRows && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % kGemmCols == 0 && tile.bk % kGemmCols == 0 &&
                     reinterpret_cast<uintptr_t>(tile.pb) % (kGemmCols * sizeof(float)) == 0;
