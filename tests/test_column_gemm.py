@@ -36,11 +36,13 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-def test_k_transpose_is_read_in_place_and_the_scores_match_numpy():
-    """q [H, 1, D] against a cache [C, H, D] = [256, 2, 64] read as [H, D, C]: 64 KB a head, so no copy phase;
-    the scores' b runs along k with stride 1 and across slots H x D apart."""
-    c, h, d = 256, 2, 64
-    rng = np.random.default_rng(11)
+@pytest.mark.parametrize("c, h, heads_a_tile", [(256, 2, 1), (128, 12, 12)])
+def test_k_transpose_is_read_in_place_and_the_scores_match_numpy(c, h, heads_a_tile):
+    """q [H, 1, 64] against a cache [C, H, 64] read as [H, 64, C], no copy phase: the scores' b runs along k
+    with stride 1 and across slots H x 64 apart. Heads of 64 KB (C = 256) take a tile each; 32 KB heads (C =
+    128, H = 12: the encoder's shape) a tile of all of a session's heads (3 sessions on 4 workers)."""
+    d = 64
+    rng = np.random.default_rng(11 + h)
     model = onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 2, 0]),
                         helper.make_node("MatMul", ["q", "kt"], ["s"])],
                        [("q", [h, 1, d]), ("k", [c, h, d])], [("s", [h, 1, c])], {})
@@ -49,23 +51,9 @@ def test_k_transpose_is_read_in_place_and_the_scores_match_numpy():
     assert not [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"]
     (params,) = _matmul_params(profile)
     assert params.b_strides[-2:] == (h * d, 1)
-    _close(got["s"], q @ k.transpose(0, 2, 3, 1))
-
-
-def test_small_heads_are_read_in_place_in_tiles_of_whole_heads():
-    """q [12, 1, 64] against K^T from a cache [128, 12, 64] (32 KB a head, the encoder's shape): no copy phase;
-    the scores' tiles hold one session and all 12 heads (3 sessions on 4 workers), and match numpy."""
-    c, h, d = 128, 12, 64
-    rng = np.random.default_rng(16)
-    model = onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 2, 0]),
-                        helper.make_node("MatMul", ["q", "kt"], ["s"])],
-                       [("q", [h, 1, d]), ("k", [c, h, d])], [("s", [h, 1, c])], {})
-    q, k = rng.standard_normal((SESSIONS, h, 1, d)), rng.standard_normal((SESSIONS, c, h, d))
-    profile, got = _run(model, {"q": q.astype(np.float32), "k": k.astype(np.float32)})
-    assert not [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"]
     tiles = profile.payloads[profile.payloads["opcode"] == int(Opcode.MATMUL)]
     spans = {(int(t["session_end"]) - int(t["session_begin"]), int(t["elem_end"]) - int(t["elem_begin"])) for t in tiles}
-    assert spans == {(1, h * c)}
+    assert spans == {(1, heads_a_tile * c)}
     _close(got["s"], q @ k.transpose(0, 2, 3, 1))
 
 
