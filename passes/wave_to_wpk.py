@@ -165,10 +165,11 @@ def per_session_b_tiles(sessions: int, rows: int, cols: int, k: int, workers: in
                         row_block: int, has_prologue: bool, k_contiguous: bool) -> list[tuple[int, int, int, int]]:
     """Tiles of a MATMUL whose b is per session: `row_tiles` (one session a tile, the only tiles the GEMM bodies
     take with a per-session b) when the streaming GEMM is worth its cost (one matrix of b holds
-    STREAM_MIN_B_BYTES or more, or a prologue) or b is ``k_contiguous`` (the column GEMM's form), else `tiles`,
-    whose fewer tiles the lane-group body runs. A cohort of more sessions than workers gets one-session tiles
-    too: at 136 sessions on 132 workers, tiles of two sessions sent duplex:1b's decoder attention to lane
-    groups, 192 ms a beat (bench/RESULTS.md thirteenth run)."""
+    STREAM_MIN_B_BYTES or more, or a prologue) or b is ``k_contiguous`` (the column GEMM's form; its small
+    matrices, several a tile, in `column_tiles`), else `tiles`, whose fewer tiles the lane-group body runs. A
+    cohort of more sessions than workers gets one-session tiles too: at 136 sessions on 132 workers, tiles of
+    two sessions sent duplex:1b's decoder attention to lane groups, 192 ms a beat (bench/RESULTS.md thirteenth
+    run)."""
     small = k * cols * 4 < STREAM_MIN_B_BYTES
     if k_contiguous and small and not has_prologue and row_block <= COLUMN_GEMM_ROWS and rows > row_block:
         return column_tiles(sessions, rows, cols, workers, row_block)
