@@ -47,9 +47,9 @@ def _shift_axes(op: Operation) -> None:
 def _align_operand_ranks(node: Operation, per_session: set[SSAValue], first: int = 0, last: int | None = None,
                          rank: int | None = None) -> None:
     """A per-session operand (indices `first` to `last`, exclusive: a matmul's a and b, a matmul's or conv's
-    epilogue inputs, or a matmul's prologue inputs) of lower rank than the result (or `rank`: a's, for a prologue's) gets
-    unit axes after the cohort axis, so that numpy broadcasting still pairs its axes with the result's
-    (`[N, 4]` beside `[N, 2, 4]` becomes `[N, 1, 4]`)."""
+    epilogue inputs, or a matmul's prologue inputs) of lower rank than the result (or `rank`: a's, for a
+    prologue's) gets unit axes after the cohort axis, so that numpy broadcasting still pairs its axes with the
+    result's (`[N, 4]` beside `[N, 2, 4]` becomes `[N, 1, 4]`)."""
     rank = len(wave.shape_of(node.results[0])) if rank is None else rank
     for i, operand in enumerate(node.operands):
         if i < first or last is not None and i >= last:

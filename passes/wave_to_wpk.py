@@ -588,14 +588,12 @@ def transpose_view(op: wave.TransposeOp, x: Loc) -> Loc:
                tuple(x.strides[p] for p in op.perm.get_values()))
 
 
-def rows_per_b_matrix(op: wave.MatmulOp, per_session: bool) -> int:
-    """How many rows of one session's output of the matmul read one matrix of its b: its rows (the result's
-    second-to-last dim) times the batch dims after the last one b is not broadcast along (wave-level
-    `rows_per_b`). With b ``per_session`` both lead with the cohort axis, which is set aside before b's batch
-    dims are aligned on the output's from the right (b may have fewer: q [R, 1, D] against K^T [D, C])."""
-    out, b = wave.shape_of(op.result), wave.shape_of(op.operands[1])
-    if per_session:
-        out, b = out[1:], b[1:]
+def rows_per_b_matrix(op: wave.MatmulOp) -> int:
+    """How many rows of one session's output of the matmul read one matrix of its per-session b: its rows (the
+    result's second-to-last dim) times the batch dims after the last one b is not broadcast along (wave-level
+    `rows_per_b`). Both lead with the cohort axis, which is set aside before b's batch dims are aligned on the
+    output's from the right."""
+    out, b = wave.shape_of(op.result)[1:], wave.shape_of(op.operands[1])[1:]
     batch_b = (1,) * (len(out) - len(b)) + tuple(b[:-2])
     rows = out[-2]
     for size, b_size in zip(reversed(out[:-2]), reversed(batch_b)):
@@ -620,7 +618,7 @@ def folds_into_matmuls(op: wave.TransposeOp, view: Loc) -> bool:
     if view.strides[-1] == 1:
         return True
     return (view.per_session and view.strides[-2] == 1
-            and all(rows_per_b_matrix(use.operation, True) <= COLUMN_GEMM_ROWS for use in users))
+            and all(rows_per_b_matrix(use.operation) <= COLUMN_GEMM_ROWS for use in users))
 
 
 def _widest_subtree(expr: Expr) -> Expr | None:

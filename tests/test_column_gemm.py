@@ -36,53 +36,52 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def _scores(seed: int, q_shape: list[int], k_shape: list[int], perm: list[int]):
+    """s = q @ Transpose(k, perm) a session, on fresh unit-normal q and k: (profile, s, s in float64 numpy)."""
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((SESSIONS, *q_shape)), rng.standard_normal((SESSIONS, *k_shape))
+    want = np.stack([q[i] @ k[i].transpose(perm) for i in range(SESSIONS)])
+    model = onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=perm),
+                        helper.make_node("MatMul", ["q", "kt"], ["s"])],
+                       [("q", q_shape), ("k", k_shape)], [("s", list(want.shape[1:]))], {})
+    profile, got = _run(model, {"q": q.astype(np.float32), "k": k.astype(np.float32)})
+    return profile, got["s"], want
+
+
+def _copies_k(profile) -> bool:
+    return any(p["op"] == "wave.transpose" for p in profile.meta["phases"])
+
+
 @pytest.mark.parametrize("c, h, heads_a_tile", [(256, 2, 1), (128, 12, 12)])
 def test_k_transpose_is_read_in_place_and_the_scores_match_numpy(c, h, heads_a_tile):
     """q [H, 1, 64] against a cache [C, H, 64] read as [H, 64, C], no copy phase: the scores' b runs along k
     with stride 1 and across slots H x 64 apart. Heads of 64 KB (C = 256) take a tile each; 32 KB heads (C =
     128, H = 12: the encoder's shape) a tile of all of a session's heads (3 sessions on 4 workers)."""
-    d = 64
-    rng = np.random.default_rng(11 + h)
-    model = onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 2, 0]),
-                        helper.make_node("MatMul", ["q", "kt"], ["s"])],
-                       [("q", [h, 1, d]), ("k", [c, h, d])], [("s", [h, 1, c])], {})
-    q, k = rng.standard_normal((SESSIONS, h, 1, d)), rng.standard_normal((SESSIONS, c, h, d))
-    profile, got = _run(model, {"q": q.astype(np.float32), "k": k.astype(np.float32)})
-    assert not [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"]
+    profile, got, want = _scores(11 + h, [h, 1, 64], [c, h, 64], [1, 2, 0])
+    assert not _copies_k(profile)
     (params,) = _matmul_params(profile)
-    assert params.b_strides[-2:] == (h * d, 1)
+    assert params.b_strides[-2:] == (h * 64, 1)
     tiles = profile.payloads[profile.payloads["opcode"] == int(Opcode.MATMUL)]
     spans = {(int(t["session_end"]) - int(t["session_begin"]), int(t["elem_end"]) - int(t["elem_begin"])) for t in tiles}
     assert spans == {(1, heads_a_tile * c)}
-    _close(got["s"], q @ k.transpose(0, 2, 3, 1))
-
-
-def _scores_model(rows: int, k_shape: list[int], perm: list[int]):
-    return onnx_model([helper.make_node("Transpose", ["k"], ["kt"], perm=perm),
-                       helper.make_node("MatMul", ["q", "kt"], ["s"])],
-                      [("q", [rows, 1, 64]), ("k", k_shape)], [("s", [rows, 1, 256])], {})
+    _close(got, want)
 
 
 @pytest.mark.parametrize("rows, in_place", [(8, True), (9, False)])
 def test_a_k_transpose_broadcast_over_query_rows_is_read_in_place_for_at_most_8(rows, in_place):
     """q [rows, 1, 64] against one K^T [1, 64, 256] a session (broadcast over q's batch axis): rows query rows
     read each matrix, so 8 read it in place and 9 keep the copy."""
-    rng = np.random.default_rng(14)
-    q, k = rng.standard_normal((SESSIONS, rows, 1, 64)), rng.standard_normal((SESSIONS, 256, 1, 64))
-    profile, got = _run(_scores_model(rows, [256, 1, 64], [1, 2, 0]), {"q": q.astype(np.float32),
-                                                                       "k": k.astype(np.float32)})
-    assert in_place == (not [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"])
-    _close(got["s"], q @ k.transpose(0, 2, 3, 1))
+    profile, got, want = _scores(14, [rows, 1, 64], [256, 1, 64], [1, 2, 0])
+    assert in_place == (not _copies_k(profile))
+    _close(got, want)
 
 
 def test_a_k_transpose_of_lower_rank_than_q_keeps_its_copy():
     """K^T [64, 256] of lower rank than q [4, 1, 64]: wave-cohort gives it a unit axis after the cohort axis (a
     reshape, which the in-place rule does not look through), so it is copied, and the scores are right."""
-    rng = np.random.default_rng(15)
-    q, k = rng.standard_normal((SESSIONS, 4, 1, 64)), rng.standard_normal((SESSIONS, 256, 64))
-    profile, got = _run(_scores_model(4, [256, 64], [1, 0]), {"q": q.astype(np.float32), "k": k.astype(np.float32)})
-    assert [p for p in profile.meta["phases"] if p["op"] == "wave.transpose"]
-    _close(got["s"], q @ k.transpose(0, 2, 1)[:, None])
+    profile, got, want = _scores(15, [4, 1, 64], [256, 64], [1, 0])
+    assert _copies_k(profile)
+    _close(got, want)
 
 
 @pytest.mark.parametrize("rows, transposed", [(64, True), (16, False)])
