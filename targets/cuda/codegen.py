@@ -702,20 +702,31 @@ struct LaneGroups {
 
 // MATMUL: out[idx] = epilogue(sum_k prologue(a[idx, k]) * b[idx, k]). Words: MATMUL, rank, shape[rank], K,
 // b_tf32, out_strides[rank], a_strides[rank + 1], b_strides[rank + 1] (the last stride is k's), prologue,
-// epilogue. Inputs: a, b, the prologue's extras, the epilogue's extras.
+// epilogue. Inputs: a, b, the prologue's extras, the epilogue's extras. MatmulWords finds them in `p`.
+struct MatmulWords {
+  int rank;
+  const long long *shape, *out_strides, *a_strides, *b_strides;
+  long long K;
+  __device__ __forceinline__ explicit MatmulWords(const long long* p)
+      : rank((int)p[1]), shape(p + 2), out_strides(shape + rank + 2), a_strides(out_strides + rank),
+        b_strides(a_strides + rank + 1), K(shape[rank]) {}
+  __device__ __forceinline__ const long long* prologue() const { return b_strides + rank + 1; }
+};
+
 __device__ __noinline__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                             unsigned* out_epoch, unsigned beat) {
-  const int rank = (int)p[1];
-  const long long* shape = p + 2;
-  const long long K = shape[rank];
-  const long long* out_strides = shape + rank + 2;
-  const long long* a_strides = out_strides + rank;
-  const long long* b_strides = a_strides + rank + 1;
+  const MatmulWords words(p);
+  const int rank = words.rank;
+  const long long* shape = words.shape;
+  const long long K = words.K;
+  const long long* out_strides = words.out_strides;
+  const long long* a_strides = words.a_strides;
+  const long long* b_strides = words.b_strides;
   const long long ak = a_strides[rank], bk = b_strides[rank];
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView a = operand(t, arena_base, 0);
   const OperandView b = operand(t, arena_base, 1);
-  const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
+  const Prologue pro(t, arena_base, words.prologue(), rank);
   if (!pro.valid()) {
     if (threadIdx.x == 0) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
     return;
@@ -1119,16 +1130,17 @@ struct MatmulTile {
 // read several matrices of b, a block of rows each (tile.b_rows < M), is read too: only the column GEMM takes it.
 __device__ bool single_b_tile(const Payload& t, const long long* p, char* const* arena_base, MatmulTile& tile,
                               const long long*& ep_words) {
-  const int rank = (int)p[1];
-  const long long* shape = p + 2;
-  const long long* out_strides = shape + rank + 2;
-  const long long* a_strides = out_strides + rank;
-  const long long* b_strides = a_strides + rank + 1;
+  const MatmulWords words(p);
+  const int rank = words.rank;
+  const long long* shape = words.shape;
+  const long long* out_strides = words.out_strides;
+  const long long* a_strides = words.a_strides;
+  const long long* b_strides = words.b_strides;
   const unsigned N = (unsigned)shape[rank - 1];
-  const long long K = shape[rank];
+  const long long K = words.K;
   const bool one_session = t.session_end - t.session_begin == 1;
   if ((t.session_stride[1] != 0 && !one_session) || a_strides[rank - 1] != 0 || K >= (1LL << 31)) return false;
-  const Prologue pro(t, arena_base, b_strides + rank + 1, rank);
+  const Prologue pro(t, arena_base, words.prologue(), rank);
   if (!pro.valid()) return false;
   #pragma unroll 1
   for (int j = 0; j < pro.n_extra; ++j)
@@ -1655,6 +1667,18 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
   }
 }
 
+// Whether a GEMM body could take the task, from its words without the tile's decode (whose divisions and
+// strided offsets cost a one-session tile about 3.5 us to decline, clock64 probes of one-session Silero,
+// bench/RESULTS.md fifteenth run): the tiled GEMM wants kTgMinRows rows, the streaming GEMMs a K of 16 loads
+// a lane, the column GEMM a k-contiguous b. A tile's rows times columns are its sessions times elements.
+__device__ __forceinline__ bool gemm_body_may_take(const Payload& t, const long long* __restrict__ p) {
+  const MatmulWords words(p);
+  const unsigned N = (unsigned)words.shape[words.rank - 1], sessions = t.session_end - t.session_begin;
+  const unsigned rows = (t.elem_end - 1) / N - t.elem_begin / N + 1;
+  return words.b_strides[words.rank] == 1 || (unsigned long long)sessions * rows >= kTgMinRows ||
+         words.K >= 16LL * lanes_for(sessions * (t.elem_end - t.elem_begin), 32);
+}
+
 // Runs the task on a GEMM body and returns true: the column GEMM for a tile it takes (column_gemm_takes), the
 // tensor-core streaming GEMM for a tile it takes (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM
 // that the tiled GEMM declines; b n-contiguous in column vectors, long k, no prologue), else the tiled GEMM for
@@ -1863,6 +1887,9 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
   bool ep_error = false;
   const unsigned n_sess = t.session_end - t.session_begin;
   const unsigned block = w.sstride == 0 ? kConvSessions : 1;  // per-session weights: one session a group
+  // A one-session tile combined its three unused sessions' partials too: 0.5 us of its 6.5 (clock64 probes,
+  // bench/RESULTS.md fifteenth run).
+  const unsigned tile_block = min(block, n_sess);
   const LaneGroups g(t, (n_sess + block - 1) / block);
   for (unsigned base = 0; base < g.outputs; base += g.groups) {
     const unsigned o_idx = base + g.group;
@@ -1896,37 +1923,27 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
         const unsigned K = (unsigned)k_total, L = (unsigned)in_sp[0];
         const long long dil = dilation[0];
         unsigned j = g.lane, c = j / K, k = j % K;
+        // A lane's step of g.lanes taps is dc channels and dk taps: (c, k) advance without a division.
+        const unsigned dc = g.lanes / K, dk = g.lanes % K;
         // kConvUnroll taps' loads are issued before their FMAs: a lane's taps are otherwise one dependent
-        // memory round trip each, which is a small cohort's whole beat.
-        for (; j + (kConvUnroll - 1) * g.lanes < taps; j += kConvUnroll * g.lanes) {
+        // memory round trip each, which is a small cohort's whole beat. Taps past the end are predicated off,
+        // so the last round is one round too.
+        for (; j < taps; j += kConvUnroll * g.lanes) {
 #pragma unroll
           for (int u = 0; u < kConvUnroll; ++u) {
             const long long pos = origin[0] + (long long)k * dil;
-            const bool inside = pos >= 0 && pos < (long long)L;
+            const bool inside = j + u * g.lanes < taps && pos >= 0 && pos < (long long)L;
             const long long at = (long long)c * L + pos;
-            const float wv = pw[j + u * g.lanes];
+            const float wv = inside ? pw[j + u * g.lanes] : 0.0f;
 #pragma unroll
             for (int r = 0; r < kConvSessions; ++r)
               acc[r] = fmaf(inside ? px[(r < (int)ns ? r : 0) * xs + at] : 0.0f, wv, acc[r]);
-            k += g.lanes;
+            k += dk;
+            c += dc;
             if (k >= K) {
-              c += k / K;
-              k %= K;
+              k -= K;
+              ++c;
             }
-          }
-        }
-        for (; j < taps; j += g.lanes) {
-          const long long pos = origin[0] + (long long)k * dil;
-          if (pos >= 0 && pos < (long long)L) {
-            const float wv = pw[j];
-            const long long at = (long long)c * L + pos;
-#pragma unroll
-            for (int r = 0; r < kConvSessions; ++r) acc[r] = fmaf(px[(r < (int)ns ? r : 0) * xs + at], wv, acc[r]);
-          }
-          k += g.lanes;
-          if (k >= K) {
-            c += k / K;
-            k %= K;
           }
         }
       } else {
@@ -1941,6 +1958,7 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
     }
 #pragma unroll
     for (int r = 0; r < kConvSessions; ++r) {
+      if (r >= (int)tile_block) break;  // uniform over the block: every group's ns is at most tile_block
       float sum = g.combine(acc[r]);
       if (active && g.lane == 0 && r < (int)ns) {
         const unsigned s = s0 + r;
@@ -2094,13 +2112,13 @@ __device__ __forceinline__ void prefetch_task_weights(const Payload& t, const lo
   const char* w = arena_base[kArenaWeights] + t.offset[1];
   if (t.opcode == kOpMatmul) {
     // b[k, n] at b_strides[rank - 1] * n + b_strides[rank] * k (elements); one matrix for every output row.
-    const int rank = (int)p[1];
-    const long long* shape = p + 2;
-    const long long* b_strides = shape + 2 * rank + 2 + rank + 1;
+    const MatmulWords words(p);
+    const int rank = words.rank;
+    const long long* b_strides = words.b_strides;
     #pragma unroll 1
     for (int d = 0; d < rank - 1; ++d)
       if (b_strides[d] != 0) return;
-    const long long N = shape[rank - 1], K = shape[rank], bn = b_strides[rank - 1], bk = b_strides[rank];
+    const long long N = words.shape[rank - 1], K = words.K, bn = b_strides[rank - 1], bk = b_strides[rank];
     long long n0 = t.elem_begin % N, n1 = (t.elem_end - 1) % N + 1;
     if ((t.elem_end - 1) / N != t.elem_begin / N) n0 = 0, n1 = N;  // whole rows: every column
     if (bn <= bk) prefetch_l2(w + 4 * n0 * bn, K, 4 * bk, 4 * ((n1 - n0 - 1) * bn + 1));
@@ -2130,7 +2148,8 @@ __device__ void run_task(const Payload& t, const long long* __restrict__ p, char
   switch (t.opcode) {
     case kOpEwise: ewise_body(t, p, arena_base, out_epoch, beat); break;
     case kOpMatmul:
-      if ((kTiledGemm || kStreamGemm) && matmul_gemm_body(t, p, arena_base, out_epoch, beat)) break;
+      if ((kTiledGemm || kStreamGemm) && gemm_body_may_take(t, p) && matmul_gemm_body(t, p, arena_base, out_epoch, beat))
+        break;
       matmul_body(t, p, arena_base, out_epoch, beat);
       break;
     case kOpConv:
