@@ -164,7 +164,9 @@ def test_skipped_candidates_are_really_harmless(profiles, sweep):
     clean profile (3 seeds, 2 beats, random non-zero inputs), and the verifier accepts it. The sample:
     the candidates the sweep skipped, plus up to 2 per kind and profile from a longer scan of the kinds
     that can be harmless (implied waits, counters whose signallers follow the producer, independent
-    neighbours on a worker)."""
+    neighbours on a worker). Implied waits are sampled when a profile has one: since wave-hoist, the default
+    schedules of Silero (1, 3 and 4 sessions) and gru_stack (4) keep none (0 harmless drops in 5,000 tries),
+    where Silero's at 4 sessions had two before."""
     checked = {}
     for pname, (profile, oracle) in profiles.items():
         clean = {seed: _run(profile, seed) for seed in SEEDS}
@@ -183,5 +185,4 @@ def test_skipped_candidates_are_really_harmless(profiles, sweep):
                 checked[pname, kind] = checked.get((pname, kind), 0) + 1
     print(f"\nharmless candidates confirmed on the interpreter: {sum(checked.values())} "
           f"({', '.join(f'{p}/{k}: {n}' for (p, k), n in sorted(checked.items()))})")
-    assert sum(checked.values()) >= 6, checked
-    assert any(k == "drop_wait" for _, k in checked), "no implied (harmless) wait was sampled"
+    assert sum(checked.values()) >= 4 and len({k for _, k in checked}) >= 2, checked

@@ -228,6 +228,51 @@ def test_bidirectional_recurrences_match_reference(op, layout):
     _compare_with_reference(model, feeds, rtol=1e-4, atol=1e-5, reference="onnx" if layout else "onnxruntime")
 
 
+def _reads(value, source) -> bool:
+    """Whether ``value`` is computed from ``source`` (through any chain of ops)."""
+    seen, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        if v is source:
+            return True
+        if id(v) not in seen and hasattr(v, "owner") and hasattr(v.owner, "operands"):
+            seen.add(id(v))
+            todo.extend(v.owner.operands)
+    return False
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_step_lstm_runs_its_recurrent_matmul_off_the_input_chain(bias):
+    """A one-step LSTM from a given state (Silero's decoder): H0 R^T reads only the state, so the input's
+    matmul adds it as its epilogue, and X waits for one matmul, not two. Checked against onnxruntime."""
+    from xdsl.context import Context
+
+    from wavec.passes.wave_fuse import WaveFuse
+
+    batch, inp, hid = 2, 5, 4
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper_from(rng.uniform(-0.5, 0.5, (1, 4 * hid, inp)), "w", np.float32),
+             numpy_helper_from(rng.uniform(-0.5, 0.5, (1, 4 * hid, hid)), "r", np.float32)]
+    if bias:
+        inits.append(numpy_helper_from(rng.uniform(-0.5, 0.5, (1, 8 * hid)), "b", np.float32))
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+           for n, s in (("x", [1, batch, inp]), ("h0", [1, batch, hid]), ("c0", [1, batch, hid]))]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y_h", "y_c")]
+    node = helper.make_node("LSTM", ["x", "w", "r", "b" if bias else "", "", "h0", "c0"], ["", "y_h", "y_c"],
+                            hidden_size=hid)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in
+             (("x", (1, batch, inp)), ("h0", (1, batch, hid)), ("c0", (1, batch, hid)))}
+    graph = _compare_with_reference(_model([node], ins, outs, opset=14, initializers=inits), feeds, rtol=1e-5)
+    WaveFuse().apply(Context(), graph.module)
+    x = next(op.result for op in _ops(graph) if isinstance(op, wave.InputOp) and op.sym == "x")
+    matmuls = [op for op in _ops(graph) if isinstance(op, wave.MatmulOp)]
+    assert len(matmuls) == 2
+    (on_x,) = [m for m in matmuls if _reads(m.a, x)]
+    (recurrent,) = [m for m in matmuls if m is not on_x]
+    assert not _reads(recurrent.result, x)
+    assert [v.owner for v in on_x.epilogue_inputs] == [recurrent]
+
+
 def _batch_model(node, extra_inits=(), out_shape=("N", 4)):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))

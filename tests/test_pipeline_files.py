@@ -19,7 +19,7 @@ SILERO = ["--bind", "sr=16000", "--frame", "input=576", "--state", "state=stateN
 
 def test_default_pipeline_comes_from_the_packaged_file():
     assert default_pipeline(64, 132) == (
-        "wave-expand-pow,wave-fuse,wave-cohort{sessions=64},wave-to-wpk{workers=132},wpk-arena,"
+        "wave-expand-pow,wave-fuse,wave-cohort{sessions=64},wave-hoist,wave-to-wpk{workers=132},wpk-arena,"
         "wpk-schedule{workers=132 hw=h200},wpk-payload,wpk-verify"
     )
     assert 'wpk-schedule{workers=8 hw="targets/my gpu.yaml"}' in default_pipeline(1, 8, "targets/my gpu.yaml")
@@ -91,7 +91,7 @@ def test_wavec_opt_reads_the_default_pipeline_file(tmp_path):
          "--pipeline-var", "workers=2", "--print-ir-after-all"],
         capture_output=True, text=True, check=True,
     )
-    assert run.stderr.count("// -----// IR Dump After") == 8
+    assert run.stderr.count("// -----// IR Dump After") == 9
     assert "wave.cohort = 3" in run.stdout and "payload = array<i32:" in run.stdout
 
 

@@ -89,9 +89,14 @@ def _weight_t(b: Builder, w: Value, d: int, name: str) -> Value:
     return b.named(b.transpose(b.reshape(b.slice_axis(w, 0, d, 1), s[1:]), [1, 0]), f"{name}{d}_t")
 
 
-def _project(b: Builder, x: Value, w: Value, biases: list[Value], d: int) -> Value:
-    """X W[d]^T + sum of biases: the input side of every step at once, [seq, batch, G*H]."""
+def _project(b: Builder, x: Value, w: Value, biases: list[Value], d: int, recurrent: Value | None = None) -> Value:
+    """X W[d]^T + sum of biases: the input side of every step at once, [seq, batch, G*H]. With ``recurrent``
+    (a one-step sequence's H_0 R^T, [batch, G*H]) it is added too, after the biases: fusion then makes the sum
+    the input matmul's epilogue, and the recurrent matmul, which reads only the initial state, no longer
+    waits for X (one-session Silero: one matmul phase fewer between its encoder and its cell)."""
     bias = b.named(b.ewise("add(%0, %1)", biases), f"bias{d}")
+    if recurrent is not None:
+        bias = b.ewise("add(%0, %1)", [recurrent, bias])
     return b.ewise("add(%0, %1)", [b.matmul(x, _weight_t(b, w, d, "W")), bias])
 
 
@@ -136,12 +141,12 @@ def lower_lstm(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value | None]:
     ys, hs, cs = [], [], []
     for d, reverse in enumerate(dirs):
         f, g, hact = acts[d]
-        xw = _project(b, x, w, list(_bias_slices(b, bias, d, 4, hidden)), d)
         rt = _weight_t(b, r, d, "R")
         h = _per_direction(b, h0, d, layout, batch, hidden)
+        recurrent = b.matmul(h, rt) if seq == 1 and h is not ZERO else None
+        xw = _project(b, x, w, list(_bias_slices(b, bias, d, 4, hidden)), d, recurrent)
         c = _per_direction(b, c0, d, layout, batch, hidden)
         # Without peepholes the p * C terms are left out (a literal 0 * C would keep NaN semantics).
-        peep_c = "" if peep is None else "mul(%5, %3)"
         if peep is None:
             pi = po = pf = ZERO
         else:
@@ -150,7 +155,7 @@ def lower_lstm(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value | None]:
         steps: list[Value] = [ZERO] * seq
         for t in (reversed(range(seq)) if reverse else range(seq)):
             gates = _step_input(b, xw, t)
-            if h is not ZERO:
+            if h is not ZERO and recurrent is None:
                 gates = b.ewise("add(%0, %1)", [gates, b.matmul(h, rt)])
             gi, go, gf, gc = (_gate(b, gates, k, hidden) for k in range(4))
             # C_t = f(gf + pf C) C + f(gi + pi C) g(gc); H_t = f(go + po C_t) h(C_t).
