@@ -1,9 +1,10 @@
 """`wave-hoist`: move the ops that do not wait for the beat's inputs ahead of those that do.
 
-An op is *early* when none of its operands depends on a `wave.input`: it reads only state (the previous
-beat's), weights, or values computed from those alone. The pass moves every early op in front of the first
-op that is not, keeping the order within each group; `wave.output` and `wave.state_write` stay where they
-are (wave-to-wpk runs them after the graph anyway).
+An op is *early* when it is a wave op that computes a value and none of its operands depends on a
+`wave.input`: it reads only state (the previous beat's), weights, or values computed from those alone. The
+pass moves every early op in front of the first op that is not, keeping the order within each group;
+`wave.output` and `wave.state_write` stay where they are (wave-to-wpk runs them after the graph anyway), and so
+do ops of other dialects (terminators, ops with regions) and everything that reads them.
 
 Why the order matters: the lowering keeps block order, so wave-to-wpk numbers the phases and wpk-arena
 recycles activation slots in it. An early op that sits after the input's chain inherits a recycled slot, and
@@ -31,10 +32,17 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave
 
-_STAY = (wave.InputOp, wave.OutputOp, wave.StateWriteOp, func.ReturnOp)  # inputs start the chain; sinks end it
+_STAY = (wave.InputOp, wave.OutputOp, wave.StateWriteOp)  # inputs start the chain; sinks end it
+
+
+def _movable(op: Operation) -> bool:
+    """A wave op that computes a value: other dialects' ops (terminators, ops with regions, whose captured
+    values are no operands) never move, and neither does anything that reads them."""
+    return op.name.startswith("wave.") and not isinstance(op, _STAY) and not op.regions
 
 
 def early_ops(block: Block) -> list[Operation]:
@@ -42,7 +50,7 @@ def early_ops(block: Block) -> list[Operation]:
     early: list[Operation] = []
     ready: set = set()
     for op in block.ops:
-        if not isinstance(op, _STAY) and all(v in ready for v in op.operands):
+        if _movable(op) and all(v in ready for v in op.operands):
             early.append(op)
             ready.update(op.results)
     return early
@@ -70,9 +78,10 @@ class WaveHoist(ModulePass):
     max_sessions: int = field(default=16, metadata={"help": "largest cohort (wave-cohort's N) the pass reorders"})
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if (wave.cohort_size(op) or 1) > self.max_sessions:
-            return
+        if self.max_sessions < 1:
+            raise PassFailedException(f"wave-hoist: max-sessions must be >= 1, got {self.max_sessions}")
         for fn in op.walk():
-            if isinstance(fn, func.FuncOp):
+            module = fn.parent_op()
+            if isinstance(fn, func.FuncOp) and (wave.cohort_size(module) or 1) <= self.max_sessions:
                 for block in fn.body.blocks:
                     hoist(block)

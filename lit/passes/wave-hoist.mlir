@@ -1,6 +1,7 @@
 // RUN: wavec-opt %s --split-input-file -p wave-hoist | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-cohort{sessions=16},wave-hoist' | filecheck %s --check-prefix=C16
 // RUN: wavec-opt %s --split-input-file -p 'wave-cohort{sessions=17},wave-hoist' | filecheck %s --check-prefix=C17
+// RUN: not wavec-opt %s -p 'wave-hoist{max-sessions=0}' 2>&1 | filecheck %s --check-prefix=BADOPT
 
 // One LSTM step from its state: h R^T reads only the state and a weight, so it moves ahead of the input's
 // matmul, which adds it as its epilogue; the input's chain keeps its order behind it.
@@ -75,3 +76,28 @@ func.func @in_order() {
 // CHECK-NEXT:    %x = wave.input "x"
 // CHECK-NEXT:    %n = wave.ewise "add(%0, %1)"(%d, %x)
 // CHECK-NEXT:    wave.state_write "h", %n
+
+// -----
+
+// Only wave ops move: an op of another dialect (here with a region, whose captured %s is no operand) stays,
+// as do terminators and what reads such an op.
+func.func @other_dialects_stay() {
+  %x = wave.input "x" : tensor<4xf32>
+  %y = wave.ewise "mul(%0, 2.0)"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %s = wave.state "h" : tensor<4xf32>
+  %r = scf.execute_region -> (tensor<4xf32>) {
+    scf.yield %s : tensor<4xf32>
+  }
+  %n = wave.ewise "add(%0, 1.0)"(%r) : (tensor<4xf32>) -> tensor<4xf32>
+  wave.state_write "h", %n : tensor<4xf32>
+  wave.output "y", %y : tensor<4xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @other_dialects_stay
+// CHECK-NEXT:    %s = wave.state "h"
+// CHECK-NEXT:    %x = wave.input "x"
+// CHECK-NEXT:    %y = wave.ewise "mul(%0, 2.0)"(%x)
+// CHECK-NEXT:    %r = scf.execute_region
+// CHECK:         %n = wave.ewise "add(%0, 1.0)"(%r)
+
+// BADOPT: wavec-opt: error: wave-hoist: max-sessions must be >= 1, got 0
