@@ -12,7 +12,10 @@ wavec.targets.cuda.tvm_ewise), else every index is -1 and the kernel's bytecode 
 ``keep`` is the input a ``select(c, a, %k)`` task reads from its own output (`task_kept_input`): its body
 stores only where c holds, so a state's reset writes only the sessions it resets, and a ring cache's write
 only its position.
-`ewise_body_table` lists the numbered bodies for profile.json. Requires `wpk-schedule` and `wpk-arena`.
+`ewise_body_table` lists the numbered bodies for profile.json. The epilogues of MATMUL and CONV blocks
+are numbered the same way, by their (expression, extra inputs) (the trailing `body` word of
+wavec.opcodes.Epilogue): the kernel runs each as one generated case of a switch (`epilogue_body_table`,
+profile.json ``epilogue_bodies``). Requires `wpk-schedule` and `wpk-arena`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wpk
 from wavec.dialects.wpk import ARENA_NAMES
-from wavec.opcodes import OUT, EwiseParams, Opcode, decode_expr, kept_input
+from wavec.opcodes import OUT, ConvParams, EwiseParams, MatmulParams, Opcode, decode_expr, kept_input, unpack_params
 from wavec.passes.wpk_arena import buffers_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.payload import PAYLOAD_DTYPE, pack_arenas
@@ -95,6 +98,56 @@ def number_ewise_bodies(tasks: list[wpk.TasksOp]) -> int:
             attr = renumbered[(block, keep)] = task.params
         task.properties["params"] = attr
     return numbered
+
+
+def _epilogue_key(params: MatmulParams | ConvParams) -> tuple[str, int] | None:
+    ep = params.epilogue
+    return (str(decode_expr(ep.code)), 1 + len(ep.strides)) if ep.code else None
+
+
+def number_epilogue_bodies(tasks: list[wpk.TasksOp]) -> None:
+    """Writes each MATMUL and CONV epilogue's generated-body index into its parameter block (the module
+    docstring)."""
+    index: dict[tuple[str, int], int] = {}
+    renumbered: dict[tuple[int, ...], object] = {}  # block -> its numbered block's attribute, shared by the ops
+    for task in tasks:
+        if task.opcode.data not in ("matmul", "conv"):
+            continue
+        block = task.param_words
+        attr = renumbered.get(block)
+        if attr is None:
+            params = unpack_params(np.asarray(block, np.int64), 0)
+            key = _epilogue_key(params)
+            if key is not None:
+                body = index.setdefault(key, len(index))
+                task.set_params(replace(params, epilogue=replace(params.epilogue, body=body)).pack())
+            attr = renumbered[block] = task.params
+        task.properties["params"] = attr
+
+
+def epilogue_body_table(module: ModuleOp) -> list[dict]:
+    """profile.json's ``epilogue_bodies``: for each body index (in order), its expression text, input count
+    (the accumulator and the extras) and the phases (``name (op)``) whose tasks run it."""
+    table: dict[int, dict] = {}
+    decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key)
+    for phase in phases_of(module):
+        for task in phase.tasks:
+            if task.opcode.data not in ("matmul", "conv"):
+                continue
+            hit = decoded.get(task.param_words)
+            if hit is None:
+                params = unpack_params(np.asarray(task.param_words, np.int64), 0)
+                hit = decoded[task.param_words] = (params.epilogue.body, _epilogue_key(params))
+            body, key = hit
+            if key is None or body < 0:
+                continue
+            entry = table.setdefault(body, {"expr": key[0], "n_inputs": key[1], "phases": []})
+            where = f"{phase.sym_name.data} ({phase.op.data})"
+            if where not in entry["phases"]:
+                entry["phases"].append(where)
+    if sorted(table) != list(range(len(table))):
+        raise PassFailedException(f"wpk-payload: epilogue body indices {sorted(table)} are not 0..{len(table) - 1}")
+    return [table[b] for b in range(len(table))]
 
 
 def ewise_body_table(module: ModuleOp) -> list[dict]:
@@ -184,6 +237,7 @@ class WpkPayload(ModulePass):
         buffers = buffers_of(op)
         tasks = tasks_of(op)
         number_ewise_bodies(tasks)
+        number_epilogue_bodies(tasks)
         _, where = params_table(tasks)
         first_id = 0
         for task in tasks:

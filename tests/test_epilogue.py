@@ -121,7 +121,7 @@ def test_epilogue_params_round_trip_and_footprint():
     assert footprint(mm, 2, 1, 5, 3).tolist() == [1, 2, 0, 1]
     bare = MatmulParams((2, 3), 4, (3, 1), (4, 0, 1), (0, 1, 3))
     assert unpack_params(bare.pack(), 0) == bare and n_task_inputs(bare) == 2
-    assert bare.pack()[-3:].tolist() == [0, 0, 0]  # the identity epilogue: no extras, rank 0, no code
+    assert bare.pack()[-4:].tolist() == [0, 0, 0, -1]  # the identity epilogue: no extras, rank 0, no code, no body
 
 
 @pytest.mark.gpu

@@ -162,7 +162,7 @@ def test_prologue_params_round_trip_and_footprint():
     assert footprint(mm, 2, 2, 5, 4).tolist() == [0, 1]
     assert footprint(mm, 3, 2, 5, 4).tolist() == [2, 0, 1]  # the epilogue's extra, per output element
     bare = MatmulParams((2, 3), 4, (3, 1), (4, 0, 1), (0, 1, 3))
-    assert bare.pack()[-5:].tolist() == [0, 0, 0, 0, 0]  # identity prologue (2 words), identity epilogue (3)
+    assert bare.pack()[-6:].tolist() == [0, 0, 0, 0, 0, -1]  # identity prologue (2 words), identity epilogue (4)
     assert unpack_params(bare.pack(), 0) == bare and n_task_inputs(bare) == 2
 
 

@@ -14,7 +14,7 @@ from wavec.dialects import wave, wpk
 from wavec.errors import WavecError
 from wavec.analysis.relax_memplan import phase_tensors
 from wavec.passes.wpk_arena import buffers_of
-from wavec.passes.wpk_payload import ewise_body_table, params_table, payload_records, tasks_of
+from wavec.passes.wpk_payload import epilogue_body_table, ewise_body_table, params_table, payload_records, tasks_of
 from wavec.passes.wpk_schedule import phases_of
 from wavec.profile import FORMAT, Profile, param_extent
 from wavec.weights import GeneratedWeight, stored_position, stored_size
@@ -181,6 +181,7 @@ def profile_from_module(
         ],
         "bindings": bindings or {},
         "ewise_bodies": ewise_body_table(module),  # generated CUDA bodies of EWISE expressions (wpk-payload)
+        "epilogue_bodies": epilogue_body_table(module),  # generated CUDA epilogues of MATMUL / CONV (wpk-payload)
     }
     schedule = schedule_summary(module)
     if schedule:

@@ -80,9 +80,9 @@ UNARY = {
     "round": ("np.round(a)", "rintf(a)"),
 }
 BINARY = {
-    "add": ("a + b", "a + b"),
-    "sub": ("a - b", "a - b"),
-    "mul": ("a * b", "a * b"),
+    "add": ("a + b", "__fadd_rn(a, b)"),  # _rn: nvcc never contracts them into an fma where they are inlined
+    "sub": ("a - b", "__fsub_rn(a, b)"),  # together (generated epilogues), so the bits are the bytecode's
+    "mul": ("a * b", "__fmul_rn(a, b)"),
     "div": ("a / b", "a / b"),
     "pow": ("np.power(a, b)", "powf(a, b)"),
     "max": ("np.maximum(a, b)", "fmaxf(a, b)"),
@@ -366,26 +366,31 @@ class Epilogue:
     as the task's output element e). Extra inputs occupy the operand slots after the opcode's own.
 
     Words (appended to the opcode's block): n_extra, rank, shape[rank], strides[n_extra][rank], n_code,
-    code[n_code]. The identity (no epilogue) is n_extra = 0, rank = 0, n_code = 0.
+    code[n_code], body. The identity (no epilogue) is n_extra = 0, rank = 0, n_code = 0, body = -1.
+
+    ``body`` is the index of a generated function of this expression and extra count in the CUDA kernel
+    (profile.json ``epilogue_bodies``, numbered by wpk-payload), or -1: the kernel's bytecode interpreter runs
+    ``code``. The code defines the semantics either way; the interpreter target ignores ``body``.
     """
 
     shape: tuple[int, ...] = ()
     strides: tuple[tuple[int, ...], ...] = ()
     code: tuple[int, ...] = ()
+    body: int = -1
 
     @property
     def identity(self) -> bool:
         return not self.code and not self.strides
 
     def pack(self) -> list[int]:
-        return [len(self.strides), len(self.shape), *self.shape, *_pack_extras(self.strides, self.code)]
+        return [len(self.strides), len(self.shape), *self.shape, *_pack_extras(self.strides, self.code), self.body]
 
     @staticmethod
     def unpack(words: np.ndarray, at: int) -> tuple["Epilogue", int]:
         n_extra, r = int(words[at]), int(words[at + 1])
         shape, p = _read(words, at + 2, r)
         strides, code, p = _unpack_extras(words, p, n_extra, r)
-        return Epilogue(tuple(shape), strides, code), p
+        return Epilogue(tuple(shape), strides, code, int(words[p])), p + 1
 
     def apply(self, acc: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
         """The epilogue over float32 ``acc`` and the extra inputs' values (broadcasting)."""

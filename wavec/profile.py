@@ -33,6 +33,8 @@ names in lower case: weights, state, act, input, output):
   numbers them, the kernel's `run_generated_ewise` dispatches on an EWISE block's last word; empty without TVM;
   ``keep`` >= 0: a select's body that stores only where its condition holds, its input ``keep`` being its
   output; absent in older profiles, read as -1);
+- ``epilogue_bodies``: [{expr, n_inputs, phases}]: generated CUDA functions of MATMUL / CONV epilogues (wpk-payload
+  numbers them, the kernel's `generated_epilogue` switches on an epilogue's last word; absent in older profiles);
 - optional: ``block_threads`` (threads per persistent block, the target's ``threads_per_block``),
   ``l2_bytes`` (the target's L2; the kernel prefetches weights into L2 when they outgrow it) and
   ``param_words`` / ``param_window`` (params.bin's length and its longest parameter block, in int64 words;
@@ -56,7 +58,7 @@ from wavec.errors import ProfileError, RuntimeBackendError
 from wavec.payload import PAYLOAD_BYTES, PAYLOAD_DTYPE
 from wavec.weights import check_stored, from_spec, unpack_stored
 
-FORMAT = "wavec-profile/2"
+FORMAT = "wavec-profile/3"  # 3: a MATMUL / CONV epilogue ends with its generated-body index (wavec.opcodes.Epilogue)
 BACKENDS = ("interp", "cuda")
 
 

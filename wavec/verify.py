@@ -57,7 +57,8 @@ import numpy as np
 from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs, segment_incidences
 from wavec.analysis.happens_before import HappensBefore, build_happens_before
 from wavec.errors import VerificationError, VerificationTooLarge, WavecError
-from wavec.opcodes import ELEM_BYTES, MAX_INPUTS, OUT, Arena, EwiseParams, Opcode, decode_expr, kept_input, unpack_params
+from wavec.opcodes import (ELEM_BYTES, MAX_INPUTS, OUT, Arena, ConvParams, Epilogue, EwiseParams, MatmulParams, Opcode,
+                           decode_expr, kept_input, unpack_params)
 from wavec.payload import operand_arena
 from wavec.profile import Profile
 
@@ -307,6 +308,8 @@ class _Verifier:
             self.params[r] = params
             if isinstance(params, EwiseParams) and params.body != -1:
                 self.ewise_body(r, params)
+            if isinstance(params, (MatmulParams, ConvParams)) and params.epilogue.body != -1:
+                self.epilogue_body(r, params.epilogue)
             n_in = int(rec["n_inputs"])
             if n_in > MAX_INPUTS or n_in != expected_inputs(params):
                 raise VerificationError(f"{self.name(r)}: n_inputs = {n_in} but its parameters read {expected_inputs(params)}")
@@ -365,6 +368,28 @@ class _Verifier:
                     f"{mine!r}'s condition holds), but its input {keep} is not its output element for element: "
                     "the other elements would keep stale values; renumber the bodies (wpk-payload)"
                 )
+
+    def epilogue_body(self, r: int, ep: Epilogue) -> None:
+        """The CUDA kernel runs generated epilogue ``ep.body`` instead of the epilogue's code: it must be an entry
+        of profile.json ``epilogue_bodies`` with the epilogue's expression and input count."""
+        bodies = self.meta.get("epilogue_bodies") or []
+        b = ep.body
+        if not 0 <= b < len(bodies):
+            raise VerificationError(
+                f"{self.name(r)}: its epilogue names generated body {b}, but profile.json lists {len(bodies)} "
+                "epilogue_bodies: set the epilogue's last word to -1 (bytecode) or to its body's index"
+            )
+        try:
+            mine = (str(decode_expr(ep.code)), 1 + len(ep.strides))
+        except ValueError as e:
+            raise VerificationError(f"{self.name(r)}: its epilogue bytecode is malformed ({e})") from e
+        want = (str(bodies[b].get("expr")), int(bodies[b].get("n_inputs", -1)))
+        if mine != want:
+            raise VerificationError(
+                f"{self.name(r)}: its epilogue computes {mine[0]!r} ({mine[1]} inputs) but names generated body {b}, "
+                f"{want[0]!r} ({want[1]} inputs): the kernel would run another expression; renumber the bodies "
+                "(wpk-payload)"
+            )
 
     def uniform_tiles(self) -> None:
         """Tiles of one op differ only in their bounds: the tasks of one phase that write one output view

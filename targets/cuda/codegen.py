@@ -30,13 +30,14 @@ import re
 from string import Template
 
 from wavec.opcodes import (BINARY, COLUMN_GEMM_BLOCKS, COLUMN_GEMM_ROWS, GEMM_COLS, MAX_INPUTS, OUT, REDUCE_KINDS,
-                           TERNARY, UNARY, Arena, Insn, Opcode)
+                           TERNARY, UNARY, Arena, Expr, Insn, Opcode, f32_bits, parse_expr)
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS, N_OPERANDS, cuda_struct
 
-PROTOCOL = 7  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
+PROTOCOL = 8  # 2: the kernel takes the optional per-task trace buffer; 3: a task signals signal_phase too;
 # 4: MATMUL and CONV parameter blocks end with an epilogue (wavec.opcodes.Epilogue); 5: a MATMUL block has a
 # prologue (wavec.opcodes.Prologue) before its epilogue; 6: an EWISE block ends with its generated-body index;
-# 7: the kernel is launched with gemm_smem_bytes of dynamic shared memory
+# 7: the kernel is launched with gemm_smem_bytes of dynamic shared memory; 8: an epilogue ends with its
+# generated-body index
 PROTOCOL_MARKER = f"// wavec-cuda-protocol: {PROTOCOL}"
 KERNEL_NAME = "wavec_persistent"
 GEMM_SMEM_SYMBOL = "wavec_gemm_smem_bytes"  # the kernel's dynamic shared memory, in bytes, as it needs it
@@ -85,6 +86,36 @@ def _c_float_fn(table: dict, params: str, name: str, doc: str) -> str:
 def _c_comment(text: object) -> str:
     """Text made safe for a one-line // comment (no newline, no line-continuing backslash)."""
     return re.sub(r"[^A-Za-z0-9_.:/+%,()<> -]", "_", str(text))
+
+
+def _c_expr(expr: Expr) -> str:
+    """An elementwise expression as CUDA C over ``v[i]`` (input ``%i``), through the kernel's function tables
+    with constant codes: inlined, each folds to its one operation."""
+    if expr.kind == "input":
+        return f"v[{int(expr.value)}]"
+    if expr.kind == "const":
+        return f"__int_as_float({f32_bits(float(expr.value)):#010x})"
+    args = ", ".join(_c_expr(a) for a in expr.args)
+    name = str(expr.value)
+    for table, fn in ((UNARY, "unary_op"), (BINARY, "binary_op"), (TERNARY, "ternary_op")):
+        if name in table:
+            return f"{fn}({list(table).index(name)}u, {args})"
+    raise ValueError(f"epilogue function {name!r} is not in wavec.opcodes' tables")
+
+
+def epilogue_generated_source(meta: dict) -> str:
+    """``generated_epilogue``: each profile.json ``epilogue_bodies`` entry (numbered by wpk-payload) as one
+    case of a switch, so an epilogue costs its operations, not the bytecode interpreter's loop (one-session
+    Silero's CONV and MATMUL tasks spent about 1 us each in it: clock64 probes, bench/RESULTS.md fifteenth run).
+    An unknown index sets the error flag and gives NaN, as malformed bytecode does."""
+    lines = ["// ---- Generated epilogues (profile.json epilogue_bodies, numbered by wpk-payload) ----------------------",
+             "__device__ __noinline__ float generated_epilogue(long long body, const float* v, bool& error) {",
+             "  switch (body) {"]
+    for index, entry in enumerate(meta.get("epilogue_bodies") or []):
+        lines.append(f"    case {index}:  // {_c_comment(entry['expr'])}; from {_c_comment(', '.join(entry.get('phases', [])))}")
+        lines.append(f"      return {_c_expr(parse_expr(entry['expr']))};")
+    lines += ["    default:", "      error = true;", "      return __int_as_float(0x7fffffff);", "  }", "}"]
+    return "\n".join(lines)
 
 
 def ewise_generated_source(meta: dict) -> str:
@@ -296,6 +327,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "ternary_fn": _c_float_fn(TERNARY, "cab", "ternary_op", "wavec.opcodes.TERNARY, in its order: c pushed first"),
         "kernel_name": KERNEL_NAME,
         "ewise_generated": ewise_generated_source(meta),
+        "epilogue_bodies": epilogue_generated_source(meta),
         "fill_kernel_name": FILL_KERNEL_NAME,
         "fill_uniform": FILL_KINDS["uniform"],
     }
@@ -532,13 +564,16 @@ __device__ __noinline__ float run_code(const long long* __restrict__ code, long 
   return stack[0];
 }
 
+$epilogue_bodies
+
 // A MATMUL / CONV epilogue (wavec.opcodes.Epilogue): words n_extra, rank, shape[rank],
-// strides[n_extra][rank], n_code, code[n_code], read from `ep`. Extra input k is operand slot first + k.
+// strides[n_extra][rank], n_code, code[n_code], body, read from `ep`. Extra input k is operand slot first + k.
+// A body >= 0 runs generated_epilogue, else the bytecode interpreter runs the code.
 struct Epilogue {
   int n_extra, rank, first;
   const long long* shape;
   const long long* strides;
-  long long n_code;
+  long long n_code, body;
   const long long* code;
   OperandView extra[kMaxInputs - 1];
   __device__ Epilogue(const Payload& t, char* const* arena_base, const long long* ep, int first_slot) {
@@ -549,6 +584,7 @@ struct Epilogue {
     strides = shape + rank;
     n_code = strides[n_extra * rank];
     code = strides + n_extra * rank + 1;
+    body = code[n_code];
 #pragma unroll
     for (int k = 0; k < kMaxInputs - 1; ++k)
       extra[k] = k < n_extra && first + k < kMaxInputs ? operand(t, arena_base, first + k) : OperandView{nullptr, 0};
@@ -581,7 +617,7 @@ struct Epilogue {
       for (int k = 0; k < kMaxInputs - 1; ++k)
         if (k < n_extra) vals[k + 1] = *extra[k].at(s, off[k]);
     }
-    return run_code(code, n_code, vals, error);
+    return body >= 0 ? generated_epilogue(body, vals, error) : run_code(code, n_code, vals, error);
   }
 };
 
