@@ -125,57 +125,56 @@ def number_epilogue_bodies(tasks: list[wpk.TasksOp]) -> None:
         task.properties["params"] = attr
 
 
-def epilogue_body_table(module: ModuleOp) -> list[dict]:
-    """profile.json's ``epilogue_bodies``: for each body index (in order), its expression text, input count
-    (the accumulator and the extras) and the phases (``name (op)``) whose tasks run it."""
+def _body_table(module: ModuleOp, opcodes: tuple[str, ...], entry_of, what: str) -> list[dict]:
+    """A profile.json table of generated bodies: for each body index (in order), the fields ``entry_of(task)``
+    gives with it (``(body, fields)``, body -1 for a task without one) and the phases (``name (op)``) whose tasks
+    run it. ``entry_of`` reads one task of each distinct parameter block (like layers share their block)."""
     table: dict[int, dict] = {}
-    decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key)
+    decoded: dict[tuple[int, ...], tuple] = {}
     for phase in phases_of(module):
         for task in phase.tasks:
-            if task.opcode.data not in ("matmul", "conv"):
+            if task.opcode.data not in opcodes:
                 continue
             hit = decoded.get(task.param_words)
             if hit is None:
-                params = unpack_params(np.asarray(task.param_words, np.int64), 0)
-                hit = decoded[task.param_words] = (params.epilogue.body, _epilogue_key(params))
-            body, key = hit
-            if key is None or body < 0:
+                hit = decoded[task.param_words] = entry_of(task)
+            body, fields = hit
+            if body < 0:
                 continue
-            entry = table.setdefault(body, {"expr": key[0], "n_inputs": key[1], "phases": []})
+            entry = table.setdefault(body, {**fields, "phases": []})
             where = f"{phase.sym_name.data} ({phase.op.data})"
             if where not in entry["phases"]:
                 entry["phases"].append(where)
     if sorted(table) != list(range(len(table))):
-        raise PassFailedException(f"wpk-payload: epilogue body indices {sorted(table)} are not 0..{len(table) - 1}")
+        raise PassFailedException(f"wpk-payload: {what} body indices {sorted(table)} are not 0..{len(table) - 1}")
     return [table[b] for b in range(len(table))]
+
+
+def _epilogue_entry(task: wpk.TasksOp) -> tuple[int, dict | None]:
+    params = unpack_params(np.asarray(task.param_words, np.int64), 0)
+    key = _epilogue_key(params)
+    return (params.epilogue.body, {"expr": key[0], "n_inputs": key[1]}) if key is not None else (-1, None)
+
+
+def epilogue_body_table(module: ModuleOp) -> list[dict]:
+    """profile.json's ``epilogue_bodies``: for each body index (in order), its expression text, input count
+    (the accumulator and the extras) and the phases (``name (op)``) whose tasks run it."""
+    return _body_table(module, ("matmul", "conv"), _epilogue_entry, "epilogue")
+
+
+def _ewise_entry(task: wpk.TasksOp) -> tuple[int, dict | None]:
+    params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
+    if params.body < 0:
+        return -1, None
+    expr, rank, n_in, keep = _ewise_key(params, task_kept_input(task, params))
+    return params.body, {"expr": expr, "rank": rank, "n_inputs": n_in, "keep": keep}
 
 
 def ewise_body_table(module: ModuleOp) -> list[dict]:
     """profile.json's ``ewise_bodies``: for each body index (in order), its expression text, rank, input
     count and kept input (-1: none; see the module docstring), and the phases (``name (op)``) whose tasks
     run it."""
-    table: dict[int, dict] = {}
-    decoded: dict[tuple[int, ...], tuple] = {}  # block -> (body, key): like layers share their block
-    for phase in phases_of(module):
-        for task in phase.tasks:
-            if task.opcode.data != "ewise":
-                continue
-            hit = decoded.get(task.param_words)
-            if hit is None:
-                params = EwiseParams.unpack(np.asarray(task.param_words, np.int64), 0)
-                key = _ewise_key(params, task_kept_input(task, params)) if params.body >= 0 else None
-                hit = decoded[task.param_words] = (params.body, key)
-            body, key = hit
-            if body < 0:
-                continue
-            expr, rank, n_in, keep = key
-            entry = table.setdefault(body, {"expr": expr, "rank": rank, "n_inputs": n_in, "keep": keep, "phases": []})
-            where = f"{phase.sym_name.data} ({phase.op.data})"
-            if where not in entry["phases"]:
-                entry["phases"].append(where)
-    if sorted(table) != list(range(len(table))):
-        raise PassFailedException(f"wpk-payload: EWISE body indices {sorted(table)} are not 0..{len(table) - 1}")
-    return [table[b] for b in range(len(table))]
+    return _body_table(module, ("ewise",), _ewise_entry, "EWISE")
 
 
 def operand_fields(task: wpk.TasksOp, buffers: dict[str, wpk.BufferOp]) -> tuple:
