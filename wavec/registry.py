@@ -22,8 +22,8 @@ def get_all_dialects() -> dict[str, Callable]:
 PASSES = {
     "wave-expand-pow": ("wavec.passes.wave_expand_pow", "WaveExpandPow"),
     "wave-fuse": ("wavec.passes.wave_fuse", "WaveFuse"),
-    "wave-hoist": ("wavec.passes.wave_hoist", "WaveHoist"),
     "wave-cohort": ("wavec.passes.wave_cohort", "WaveCohort"),
+    "wave-hoist": ("wavec.passes.wave_hoist", "WaveHoist"),
     "wave-to-wpk": ("wavec.passes.wave_to_wpk", "WaveToWpk"),
     "wpk-schedule": ("wavec.passes.wpk_schedule", "WpkSchedule"),
     "wpk-arena": ("wavec.passes.wpk_arena", "WpkArena"),
