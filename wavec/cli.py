@@ -463,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compile", help="compile an ONNX model (or a zoo model NAME:PRESET) into a profile directory")
-    p.add_argument("model")
+    p.add_argument("model", help="an .onnx file, or a zoo model NAME:PRESET (e.g. duplex:1b)")
     p.add_argument("--sessions", type=int, required=True, help="cohort capacity (session slots)")
     p.add_argument("--hw", default="h200", help="hardware target: a name (h200) or a YAML path")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help="fold a scalar input to a constant")
@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import", help="print the frontend's wave IR of an ONNX model or a zoo model NAME:PRESET "
                        "(for wavec-opt; weights not included)")
-    p.add_argument("model")
+    p.add_argument("model", help="an .onnx file, or a zoo model NAME:PRESET (e.g. duplex:1b)")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help="fold a scalar input to a constant")
     p.add_argument("--frame", action="append", default=[], metavar="NAME=LEN", help="frame length of an input's symbolic dim")
     p.add_argument("--state", action="append", default=[], metavar="IN=OUT", help="pair a state input with its output")
@@ -500,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="print a profile's report")
     p.add_argument("profile")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
     p.add_argument("--gantt", metavar="FILE.png", help="also draw the modeled schedule: workers x time (matplotlib)")
     p.add_argument("--top", type=int, metavar="N", help="list only the N phases moving the most bytes, heaviest first "
                                                        "(with --json too: phases_total says how many there are)")
@@ -524,9 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_payload_layout)
 
     p = sub.add_parser("demo", help="compile Silero VAD for a cohort and serve the shipped speech through it")
-    p.add_argument("--sessions", type=int, default=64)
+    p.add_argument("--sessions", type=int, default=64, help="cohort size: sessions served at once (default 64)")
     p.add_argument("--beats", type=int, default=0, help="beats to serve (0: the whole recording)")
-    p.add_argument("--backend", choices=("interp", "cuda", "auto"), default="auto")
+    p.add_argument("--backend", choices=("interp", "cuda", "auto"), default="auto",
+                   help="cuda: the persistent kernel on the GPU; interp: the CPU interpreter of the same payloads; "
+                        "auto (default): cuda where a GPU is usable, else interp")
     p.add_argument("-o", "--output", default="", help="where to keep the profile (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
 
