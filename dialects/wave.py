@@ -564,13 +564,18 @@ COHORT_ATTR = "wave.cohort"
 
 def graph_block(module):
     """The block of the module's one `func.func` that holds the wave graph. Raises VerifyException if the
-    module holds no function or several (wavec compiles one model per module)."""
+    module holds no function or several (wavec compiles one model per module), or the function more than one
+    block (a wave graph has no control flow)."""
     from xdsl.dialects.func import FuncOp
 
     funcs = [op for op in module.ops if isinstance(op, FuncOp)]
     if len(funcs) != 1:
         raise VerifyException(f"expected one func.func holding the wave graph, found {len(funcs)}")
-    return funcs[0].body.block
+    blocks = list(funcs[0].body.blocks)
+    if len(blocks) != 1:
+        raise VerifyException(f"@{funcs[0].sym_name.data} has {len(blocks)} blocks; a wave graph is one block "
+                              "(no control flow): put every op in the function's entry block")
+    return blocks[0]
 
 
 def cohort_size(module) -> int | None:

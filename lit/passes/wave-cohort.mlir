@@ -1,5 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-cohort{sessions=64}' | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-cohort{sessions=64},wave-cohort{sessions=64}' --verify-diagnostics | filecheck %s --check-prefix=TWICE
+// RUN: not wavec-opt %S/Inputs/wave-cohort-two-blocks.mlir -p 'wave-cohort{sessions=2}' 2>&1 | filecheck %s --check-prefix=BLOCKS
 
 // Silero's state is [2, batch, 128] in the model; per session it is [2, 1, 128] with cohort_axis 1.
 // After the pass every per-session value has the cohort axis outermost; weights keep their shapes.
@@ -52,3 +53,6 @@ func.func @lower_rank_b() {
 // CHECK-LABEL: func.func @lower_rank_b
 // CHECK:         %[[K1:.*]] = wave.reshape %k : (tensor<64x8x6xf32>) -> tensor<64x1x8x6xf32>
 // CHECK-NEXT:    wave.matmul %q, %[[K1]] : (tensor<64x4x1x8xf32>, tensor<64x1x8x6xf32>) -> tensor<64x4x1x6xf32>
+
+// A wave graph is one block: a function with control flow is refused by name, with what to do.
+// BLOCKS: wavec-opt: error: @two_blocks has 2 blocks; a wave graph is one block (no control flow): put every op in the function's entry block
