@@ -56,9 +56,8 @@ def early_ops(block: Block) -> list[Operation]:
     return early
 
 
-def hoist(block: Block) -> int:
-    """Moves the block's early ops that follow its first other op in front of that op; returns how many
-    moved."""
+def hoist(block: Block) -> None:
+    """Moves the block's early ops that follow its first other op in front of that op."""
     chosen = {id(op) for op in early_ops(block)}
     ops = list(block.ops)
     first_late = next((i for i, op in enumerate(ops) if id(op) not in chosen), len(ops))
@@ -66,7 +65,6 @@ def hoist(block: Block) -> int:
     for op in behind:
         op.detach()
         block.insert_op_before(op, ops[first_late])
-    return len(behind)
 
 
 @dataclass(frozen=True)

@@ -1706,13 +1706,17 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 // Whether a GEMM body could take the task, from its words without the tile's decode (whose divisions and
 // strided offsets cost a one-session tile about 3.5 us to decline, clock64 probes of one-session Silero,
 // bench/RESULTS.md fifteenth run): the tiled GEMM wants kTgMinRows rows, the streaming GEMMs a K of 16 loads
-// a lane, the column GEMM a k-contiguous b. A tile's rows times columns are its sessions times elements.
+// a lane, the column GEMM a k-contiguous b. A tile's rows times columns are its sessions times elements. The
+// first two rules are matmul_gemm_body's own (rows_to_tile, k_to_stream); column_gemm_takes requires bk == 1.
+__device__ __forceinline__ bool rows_to_tile(unsigned long long rows) { return rows >= kTgMinRows; }
+__device__ __forceinline__ bool k_to_stream(long long K, unsigned outputs) { return K >= 16LL * lanes_for(outputs, 32); }
+
 __device__ __forceinline__ bool gemm_body_may_take(const Payload& t, const long long* __restrict__ p) {
   const MatmulWords words(p);
   const unsigned N = (unsigned)words.shape[words.rank - 1], sessions = t.session_end - t.session_begin;
   const unsigned rows = (t.elem_end - 1) / N - t.elem_begin / N + 1;
-  return words.b_strides[words.rank] == 1 || (unsigned long long)sessions * rows >= kTgMinRows ||
-         words.K >= 16LL * lanes_for(sessions * (t.elem_end - t.elem_begin), 32);
+  return words.b_strides[words.rank] == 1 || rows_to_tile((unsigned long long)sessions * rows) ||
+         k_to_stream(words.K, sessions * (t.elem_end - t.elem_begin));
 }
 
 // Runs the task on a GEMM body and returns true: the column GEMM for a tile it takes (column_gemm_takes), the
@@ -1734,16 +1738,15 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
     return true;
   }
   if (tile.b_rows < tile.M) return false;  // several matrices of b: the column GEMM's tiles only
-  const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && tile.M >= kTgMinRows && tile.n_cols >= kTgN / 4;
+  const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && rows_to_tile(tile.M) && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % kGemmCols == 0 && tile.bk % kGemmCols == 0 &&
                     reinterpret_cast<uintptr_t>(tile.pb) % (kGemmCols * sizeof(float)) == 0;
   // The streaming GEMM costs a tile ~10 us whatever its size (one-session Silero, K = 128 x 32 columns: a printf
   // probe of its phases, bench/RESULTS.md eighth run), where lane groups cost ~2 us plus a memory round trip
   // for every 4 loads a lane makes along K: it takes the tiles whose lanes would make 16 loads or more, in at
   // most kTgM / kSvRows passes (a 2,048-row mat-vec of duplex:1b's state took 1 ms in 256 passes).
-  const unsigned lanes = lanes_for(tile.M * tile.n_cols, 32);
   const bool stream = kStreamGemm && tile.bn == 1 && (vec4 ? tile.n_cols / kGemmCols : tile.n_cols) <= 32 * (blockDim.x / 32) &&
-                      tile.M <= kTgM && tile.K >= 16 * lanes;
+                      tile.M <= kTgM && k_to_stream(tile.K, tile.M * tile.n_cols);
   // The tensor-core streaming GEMM takes a cohort's rows up to kMmaStreamRows, and the larger tiles (up to
   // kTgM rows: `stream`) the tiled GEMM declines, which would otherwise take the narrow pass (8 rows a pass,
   // no tensor cores).
