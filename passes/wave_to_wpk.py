@@ -262,18 +262,73 @@ def weight_gemm_tiles(sessions: int, rows: int, cols: int, k: int, workers: int,
     ]
 
 
+# The tiled GEMM (targets/cuda/codegen.py tiled_gemm, conv_tiles_as_gemm) takes a tile of a 1-D, ungrouped,
+# single-image CONV whose weights the cohort shares when it has at least TILED_GEMM_ROWS rows (sessions x output
+# steps) and TILED_GEMM_MIN_COLS channels. It runs blocks of TILED_GEMM_ROWS x TILED_GEMM_COLS outputs (kTgM x
+# kTgN at 512 threads), each walking k = (input channel, tap) in chunks of TILED_GEMM_K. Rates from clock64
+# probes of Silero at 64 and 1,024 sessions (bench/RESULTS.md sixteenth run): a block's chunk ~3,400 cycles
+# whatever its columns, ~4 cycles an output for the epilogue and store; conv_body's lane groups ~4 FMAs a cycle
+# an SM (2.9 to 6.0 over Silero's five convolutions).
+TILED_GEMM_ROWS, TILED_GEMM_COLS, TILED_GEMM_K, TILED_GEMM_MIN_COLS = 64, 64, 64, 16
+TILED_CHUNK_CYCLES, TILED_OUTPUT_CYCLES, LANE_CONV_FMAS_PER_CYCLE = 3400, 4, 4
+
+
+def tiled_conv_split(sessions: int, params: ConvParams, workers: int) -> tuple[float, int, int] | None:
+    """(modeled cycles of the busiest worker, sessions, channels) per tile for the tiled CONV (rows: sessions x
+    output steps; columns: output channels; k: input channels x taps); None for a CONV of another form or when
+    no tile reaches TILED_GEMM_ROWS rows and TILED_GEMM_MIN_COLS channels. Tiles are whole blocks of rows (s_per
+    x steps at most a multiple of TILED_GEMM_ROWS); the split minimizes waves x (blocks x chunks x
+    TILED_CHUNK_CYCLES + outputs x TILED_OUTPUT_CYCLES), then the tile count."""
+    if params.batch != 1 or params.group != 1 or len(params.out_sp) != 1:
+        return None
+    (steps,), cols = params.out_sp, params.c_out
+    if sessions * steps < TILED_GEMM_ROWS or cols < TILED_GEMM_MIN_COLS:
+        return None
+    chunks = math.ceil(params.c_in * params.kernel[0] / TILED_GEMM_K)
+    best = None
+    for m_blocks in range(1, 5):
+        s_per = min(sessions, TILED_GEMM_ROWS * m_blocks // steps)
+        if s_per * steps < TILED_GEMM_ROWS:
+            continue
+        n_s = math.ceil(sessions / s_per)
+        for pieces in range(1, cols // TILED_GEMM_MIN_COLS + 1):
+            c_per = math.ceil(cols / pieces)
+            n_tiles = n_s * math.ceil(cols / c_per)
+            blocks = math.ceil(s_per * steps / TILED_GEMM_ROWS) * math.ceil(c_per / TILED_GEMM_COLS)
+            tile = blocks * chunks * TILED_CHUNK_CYCLES + s_per * steps * c_per * TILED_OUTPUT_CYCLES
+            key = (math.ceil(n_tiles / workers) * tile, n_tiles)
+            if best is None or key < best[0]:
+                best = (key, s_per, c_per)
+    return None if best is None else (best[0][0], best[1], best[2])
+
+
+def lane_conv_cycles(sessions: int, params: ConvParams, workers: int, s_per: int, u_per: int) -> float:
+    """Modeled cycles of the busiest worker for conv_body's lane groups over tiles of `s_per` sessions x `u_per`
+    channels."""
+    n_tiles = math.ceil(sessions / s_per) * math.ceil(params.batch * params.c_out / u_per)
+    taps = params.c_in // params.group * math.prod(params.kernel)
+    fmas = s_per * u_per * math.prod(params.out_sp) * taps
+    return math.ceil(n_tiles / workers) * fmas / LANE_CONV_FMAS_PER_CYCLE
+
+
 def weight_conv_tiles(sessions: int, params: ConvParams, workers: int, min_elems: int) -> list[tuple[int, int, int, int]]:
     """(s0, s1, e0, e1) tiles of a CONV whose weights the cohort shares: a range of sessions times whole
     output channels (a unit is one channel of one image: its ``prod(out_sp)`` outputs and its
     4·(c_in / group)·prod(kernel) weight bytes; a session reads its group's input, 4·(c_in / group)·prod(in_sp)
-    bytes), split by `_shared_weight_split`. Before it, a cohort of fewer sessions than workers got one
-    session a tile, each reading its channels' weights for that session alone."""
+    bytes), split by `_shared_weight_split`; or, where the model says the tiled CONV ends sooner than the lane
+    groups over that split, by `tiled_conv_split` (Silero at 1,024 sessions: its three lane-group convolutions
+    took 150,000 cycles on the chain, clock64 probes, bench/RESULTS.md sixteenth run). Before the weight split,
+    a cohort of fewer sessions than workers got one session a tile, each reading its channels' weights for
+    that session alone."""
     per_channel = math.prod(params.out_sp)
     units = params.batch * params.c_out
     cg = params.c_in // params.group
     s_per, u_per = _shared_weight_split(
         sessions, units, max(1, math.ceil(min_elems / per_channel)), 1, workers,
         4 * cg * math.prod(params.kernel), 4 * cg * math.prod(params.in_sp), 4 * per_channel)
+    tiled = tiled_conv_split(sessions, params, workers)
+    if tiled is not None and tiled[0] < lane_conv_cycles(sessions, params, workers, s_per, u_per):
+        s_per, u_per = tiled[1:]
     e_per, elems = u_per * per_channel, units * per_channel
     return [(s, min(s + s_per, sessions), e, min(e + e_per, elems))
             for s in range(0, sessions, s_per) for e in range(0, elems, e_per)]

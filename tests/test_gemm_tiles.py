@@ -1,7 +1,8 @@
 """wave-to-wpk's tiling of a weight MATMUL (weight_gemm_tiles): every output exactly once, column bounds on
 GEMM_COLS, at most one wave of tiles, and the split of least bytes per tile among all session x column splits;
 of a MATMUL whose b is per session (row_tiles): whole rows or a part of one row, one wave; and of a weight CONV
-(weight_conv_tiles): whole channels, several sessions a tile when the cohort is small."""
+(weight_conv_tiles): whole channels, several sessions a tile when the cohort is small, and tiles the tiled
+GEMM takes when the cohort fills its rows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from wavec.opcodes import GEMM_COLS, ConvParams
-from wavec.passes.wave_to_wpk import (STREAM_MIN_B_BYTES, per_session_b_tiles, row_tiles, rows_per_b, tiles,
+from wavec.passes.wave_to_wpk import (STREAM_MIN_B_BYTES, TILED_GEMM_MIN_COLS, TILED_GEMM_ROWS, lane_conv_cycles,
+                                      per_session_b_tiles, row_tiles, rows_per_b, tiled_conv_split, tiles,
                                       weight_conv_tiles, weight_gemm_tiles)
 
 CASES = [  # sessions, rows, cols, k, workers, min_cols
@@ -114,6 +116,50 @@ def test_a_small_cohort_shares_each_weight_read_among_sessions(sessions, params,
         return math.ceil(len(ts) / workers) * max(conv_bytes(t, params) for t in ts)
 
     assert per_wave(got) < per_wave(old)
+
+
+def silero_conv(c_in, c_out, length, k, stride, pad):
+    out = (length + 2 * pad - k) // stride + 1
+    return ConvParams(batch=1, c_in=c_in, c_out=c_out, group=1, has_bias=1, in_sp=(length,), out_sp=(out,),
+                      kernel=(k,), stride=(stride,), pad_begin=(pad,), dilation=(1,))
+
+
+SILERO_CONVS = {  # Silero VAD 16 kHz's STFT and encoder (c_in, c_out, input steps, kernel, stride, pad)
+    "stft": silero_conv(1, 258, 640, 256, 128, 0), "enc0": silero_conv(129, 128, 4, 3, 1, 1),
+    "enc1": silero_conv(128, 64, 4, 3, 2, 1), "enc2": silero_conv(64, 64, 2, 3, 2, 1),
+    "enc3": silero_conv(64, 128, 1, 3, 1, 1),
+}
+
+
+@pytest.mark.parametrize("name", SILERO_CONVS)
+def test_a_large_cohort_cuts_silero_convolutions_for_the_tiled_gemm(name):
+    """At 1,024 sessions every tile but the last channels' has TILED_GEMM_ROWS rows or more and at least
+    TILED_GEMM_MIN_COLS channels, the form conv_tiles_as_gemm takes: the split tiled_conv_split models."""
+    params = SILERO_CONVS[name]
+    (steps,) = params.out_sp
+    _, s_per, u_per = tiled_conv_split(1024, params, 132)
+    assert s_per * steps >= TILED_GEMM_ROWS and u_per >= TILED_GEMM_MIN_COLS
+    got = weight_conv_tiles(1024, params, 132, 8)
+    assert {(s1 - s0, (e1 - e0) // steps) for s0, s1, e0, e1 in got if e1 < params.n_elems} == {(s_per, u_per)}
+
+
+def test_a_cohort_too_small_for_the_tiled_gemm_has_no_tiled_split():
+    """Fewer rows than a block (one session of the STFT's 4 steps, 8 sessions of enc3's 1), or a grouped CONV."""
+    assert tiled_conv_split(1, SILERO_CONVS["stft"], 132) is None
+    assert tiled_conv_split(8, SILERO_CONVS["enc3"], 132) is None
+    assert tiled_conv_split(64, conv(8, 8, 12, 3, group=4), 132) is None
+
+
+def test_the_tiled_split_is_taken_only_where_the_model_says_it_ends_sooner():
+    """At 64 sessions (probes, bench/RESULTS.md sixteenth run: the STFT's lane groups 39,000 cycles a tile,
+    enc0's 25,000): the STFT's tiled split models less than the lane groups over 6 sessions x 22 channels and is
+    taken; enc0's models more than over 8 sessions x 8 channels, which it keeps."""
+    stft, enc0 = SILERO_CONVS["stft"], SILERO_CONVS["enc0"]
+    tiled = tiled_conv_split(64, stft, 132)
+    assert tiled[0] < lane_conv_cycles(64, stft, 132, 6, 22)
+    assert weight_conv_tiles(64, stft, 132, 8)[0][1] == tiled[1]
+    assert tiled_conv_split(64, enc0, 132)[0] > lane_conv_cycles(64, enc0, 132, 8, 8)
+    assert {s1 - s0 for s0, s1, _, _ in weight_conv_tiles(64, enc0, 132, 8)} == {8}
 
 
 ROW_CASES = [  # sessions, rows, cols, workers, row_block: duplex:1b's ring attention at 8 and 64 sessions

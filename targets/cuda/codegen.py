@@ -107,9 +107,10 @@ def epilogue_generated_source(meta: dict) -> str:
     """``generated_epilogue``: each profile.json ``epilogue_bodies`` entry (numbered by wpk-payload) as one
     case of a switch, so an epilogue costs its operations, not the bytecode interpreter's loop (one-session
     Silero's CONV and MATMUL tasks spent about 1 us each in it: clock64 probes, bench/RESULTS.md fifteenth run).
-    An unknown index sets the error flag and gives NaN, as malformed bytecode does."""
+    An unknown index sets the error flag and gives NaN, as malformed bytecode does. Inlined into its one
+    caller (Epilogue::apply_code), so the values stay in registers: called, they went through the stack."""
     lines = ["// ---- Generated epilogues (profile.json epilogue_bodies, numbered by wpk-payload) ----------------------",
-             "__device__ __noinline__ float generated_epilogue(long long body, const float* v, bool& error) {",
+             "__device__ __forceinline__ float generated_epilogue(long long body, const float (&v)[kMaxInputs], bool& error) {",
              "  switch (body) {"]
     for index, entry in enumerate(meta.get("epilogue_bodies") or []):
         lines.append(f"    case {index}:  // {_c_comment(entry['expr'])}; from {_c_comment(', '.join(entry.get('phases', [])))}")
@@ -618,7 +619,13 @@ struct Epilogue {
       for (int k = 0; k < kMaxInputs - 1; ++k)
         if (k < n_extra) vals[k + 1] = *extra[k].at(s, off[k]);
     }
-    return body >= 0 ? generated_epilogue(body, vals, error) : run_code(code, n_code, vals, error);
+    if (body >= 0) return generated_epilogue(body, vals, error);
+    // run_code reads its inputs through a pointer: a copy of its own keeps `vals` out of local memory (a call
+    // per output, whose stack stores and reloads were L2 round trips: bench/RESULTS.md sixteenth run).
+    float in[kMaxInputs];
+#pragma unroll
+    for (int k = 0; k < kMaxInputs; ++k) in[k] = vals[k];
+    return run_code(code, n_code, in, error);
   }
 };
 
