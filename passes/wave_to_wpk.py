@@ -267,18 +267,18 @@ def weight_gemm_tiles(sessions: int, rows: int, cols: int, k: int, workers: int,
 # steps) and TILED_GEMM_MIN_COLS channels. It runs blocks of TILED_GEMM_ROWS x TILED_GEMM_COLS outputs (kTgM x
 # kTgN at 512 threads), each walking k = (input channel, tap) in chunks of TILED_GEMM_K. Rates from clock64
 # probes of Silero at 64 and 1,024 sessions (bench/RESULTS.md sixteenth run): a block's chunk ~3,400 cycles
-# whatever its columns, ~4 cycles an output for the epilogue and store; conv_body's lane groups ~4 FMAs a cycle
-# an SM (2.9 to 6.0 over Silero's five convolutions).
+# whatever its columns, ~4 cycles an output for the epilogue and store, ~5,500 a task besides (its decode and
+# setup); conv_body's lane groups ~4 FMAs a cycle an SM (2.9 to 6.0 over Silero's five convolutions).
 TILED_GEMM_ROWS, TILED_GEMM_COLS, TILED_GEMM_K, TILED_GEMM_MIN_COLS = 64, 64, 64, 16
-TILED_CHUNK_CYCLES, TILED_OUTPUT_CYCLES, LANE_CONV_FMAS_PER_CYCLE = 3400, 4, 4
+TILED_CHUNK_CYCLES, TILED_OUTPUT_CYCLES, TILED_TASK_CYCLES, LANE_CONV_FMAS_PER_CYCLE = 3400, 4, 5500, 4
 
 
 def tiled_conv_split(sessions: int, params: ConvParams, workers: int) -> tuple[float, int, int] | None:
     """(modeled cycles of the busiest worker, sessions, channels) per tile for the tiled CONV (rows: sessions x
     output steps; columns: output channels; k: input channels x taps); None for a CONV of another form or when
     no tile reaches TILED_GEMM_ROWS rows and TILED_GEMM_MIN_COLS channels. Tiles are whole blocks of rows (s_per
-    x steps at most a multiple of TILED_GEMM_ROWS); the split minimizes waves x (blocks x chunks x
-    TILED_CHUNK_CYCLES + outputs x TILED_OUTPUT_CYCLES), then the tile count."""
+    x steps at most a multiple of TILED_GEMM_ROWS); the split minimizes waves x (TILED_TASK_CYCLES + blocks x
+    chunks x TILED_CHUNK_CYCLES + outputs x TILED_OUTPUT_CYCLES), then the tile count."""
     if params.batch != 1 or params.group != 1 or len(params.out_sp) != 1:
         return None
     (steps,), cols = params.out_sp, params.c_out
@@ -295,7 +295,7 @@ def tiled_conv_split(sessions: int, params: ConvParams, workers: int) -> tuple[f
             c_per = math.ceil(cols / pieces)
             n_tiles = n_s * math.ceil(cols / c_per)
             blocks = math.ceil(s_per * steps / TILED_GEMM_ROWS) * math.ceil(c_per / TILED_GEMM_COLS)
-            tile = blocks * chunks * TILED_CHUNK_CYCLES + s_per * steps * c_per * TILED_OUTPUT_CYCLES
+            tile = TILED_TASK_CYCLES + blocks * chunks * TILED_CHUNK_CYCLES + s_per * steps * c_per * TILED_OUTPUT_CYCLES
             key = (math.ceil(n_tiles / workers) * tile, n_tiles)
             if best is None or key < best[0]:
                 best = (key, s_per, c_per)

@@ -8,7 +8,7 @@
 Writes, under --out:
 - ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
-- ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights);
+- ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights; 0: none);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
 - ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
 - ``duplexP-N``: with ``--duplex-sessions N ...``, duplex:P for N sessions, P the --duplex-preset (default 1b;
@@ -69,7 +69,7 @@ def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions:
         jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
     for n in barrier_sessions:
         jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=pipeline_with(n, "wpk-schedule", "granularity=phase"))))
-    for name in [n for n in zoo.names() if n.endswith(":tiny")]:
+    for name in [n for n in zoo.names() if n.endswith(":tiny") and zoo_sessions > 0]:
         jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
                                                                                  sessions=zoo_sessions)))
     jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, nargs="*", default=[1, 64, 1024])
     ap.add_argument("--barrier-sessions", type=int, nargs="*", default=[1, 64, 1024],
                     help="cohort sizes of the bar-N profiles (default 1 64 1024; none: leave them out)")
-    ap.add_argument("--zoo-sessions", type=int, default=8)
+    ap.add_argument("--zoo-sessions", type=int, default=8, help="sessions of the zoo's profiles (0: none)")
     ap.add_argument("--threads", type=int, nargs="*", default=[], help="block sizes to build vad-N-tT for")
     ap.add_argument("--only-threads", action="store_true", help="build only the vad-N-tT and vad-N-fF profiles")
     ap.add_argument("--min-tile-flops", type=int, nargs="*", default=[],
