@@ -2267,7 +2267,14 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
       (input_half_bytes != kInputHalfBytes || output_half_bytes != kOutputHalfBytes))
     record_error(out_epoch, kErrArenaSize, ~0u, 0, (unsigned)input_half_bytes, (unsigned)output_half_bytes, 0);
 
-  for (unsigned beat = 0;; ++beat) {
+  // The beat number lives in shared memory (thread 0 advances it after the beat's last barrier): a register
+  // of the scheduler loop, it was spilled across the bodies' calls, and each reload after a task's wait read
+  // local memory, which the wait's acquire had emptied from the L1.
+  __shared__ unsigned shared_beat;
+  if (threadIdx.x == 0) shared_beat = 0;
+  __syncthreads();
+  for (;;) {
+    const unsigned& beat = shared_beat;
     // ---- Beat start: inputs published, previous beat done everywhere -----------------------------
     if (threadIdx.x == 0) {
       int r;
@@ -2355,6 +2362,7 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
         __threadfence_system();
         st_release_sys(&out_epoch[kOutEpoch], beat + 1);
       }
+      ++shared_beat;  // every thread is past its reads of this beat's number (the barrier above)
     }
   }
 }
