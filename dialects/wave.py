@@ -414,6 +414,8 @@ class ConvOp(IRDLOperation):
         g = self.group.value.data
         if nsp < 1 or len(sx) < nsp + 1 or len(shape_of(self.w)) < nsp + 2 or len(dl) != nsp or len(pd) != 2 * nsp:
             raise VerifyException(f"wave.conv: inconsistent ranks x {list(sx)}, w {list(shape_of(self.w))}, strides {st}, pads {pd}")
+        if min(st) < 1 or min(dl) < 1 or min(pd) < 0:
+            raise VerifyException(f"wave.conv: strides {list(st)} and dilations {list(dl)} must be >= 1, pads {list(pd)} >= 0")
         c_in = sx[-nsp - 1]
         if g < 1 or c_in != sw[1] * g or sw[0] % g:
             raise VerifyException(f"wave.conv: channels x {c_in}, w {list(sw)}, group {g} do not match")

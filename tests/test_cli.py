@@ -270,6 +270,34 @@ def test_short_frame_on_silero_names_the_stft_conv(tmp_path, capsys):
     assert not (tmp_path / "p").exists()
 
 
+BAD_CONVS = [  # (W shape, bias length or None, attributes, what the error names): onnxruntime refuses each at load
+    ([32, 8, 3], 4, {}, "the bias is [4]; it must hold one value per output channel: [32]"),
+    ([32, 9, 3], None, {}, "the input's 8 channels, W [32, 9, 3] and group 1 do not match"),
+    ([32, 8, 3], None, {"group": 3}, "the input's 8 channels, W [32, 8, 3] and group 3 do not match"),
+    ([32, 8, 3], None, {"strides": [0]}, "strides [0] must hold one value >= 1 per spatial axis"),
+    ([32, 8, 3], None, {"dilations": [0]}, "dilations [0] must hold one value >= 1 per spatial axis"),
+    ([32, 8, 3], None, {"pads": [-1, -1]}, "pads [-1, -1] must hold a begin and an end >= 0 per spatial axis"),
+    ([32, 8, 3], None, {"pads": [1]}, "pads [1] must hold a begin and an end >= 0 per spatial axis"),
+]
+
+
+@pytest.mark.parametrize("w_shape, bias, attrs, expected", BAD_CONVS)
+def test_a_malformed_conv_is_refused_by_name(w_shape, bias, attrs, expected):
+    """A bias of 4 values for 32 channels compiled and verified, and the kernel read 28 'bias' values out of the
+    next weight (a fresh user's trial): every such Conv is now refused at import, naming the node."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [helper.make_tensor("W", TensorProto.FLOAT, w_shape, np.ones(w_shape, np.float32).ravel())]
+    ins = ["x", "W"]
+    if bias is not None:
+        inits.append(helper.make_tensor("B", TensorProto.FLOAT, [bias], np.ones(bias, np.float32)))
+        ins.append("B")
+    node = helper.make_node("Conv", ins, ["y"], name="conv0", **attrs)
+    with pytest.raises(UnsupportedModelError) as err:
+        import_onnx(_model([node], [x], [y], inits))
+    assert "node 'conv0' (Conv" in str(err.value) and expected in str(err.value)
+
+
 def test_an_exception_in_a_lowering_names_the_node(tmp_path, monkeypatch):
     from wavec.frontends.onnx import lowering
 

@@ -69,6 +69,24 @@ def conv_pads(ctx: LowerCtx, in_sp, kernel, strides, dilations) -> list[int]:
     return begin + end
 
 
+def check_conv_attrs(ctx: LowerCtx, sx, sw, bias, strides, dilations) -> None:
+    """What onnxruntime refuses at load and the kernel would misread: x's channels against W's times the
+    group, a group dividing the output channels, a bias of one value per output channel, strides and
+    dilations of one positive value per spatial axis."""
+    nsp = len(sw) - 2
+    group = int(ctx.attr("group", 1))
+    if len(sx) < nsp + 2:
+        ctx.fail(f"the input {list(sx)} has fewer than the {nsp} spatial axes, channels and batch W {list(sw)} needs")
+    if group < 1 or sx[-nsp - 1] != sw[1] * group or sw[0] % group:
+        ctx.fail(f"the input's {sx[-nsp - 1]} channels, W {list(sw)} and group {group} do not match "
+                 f"(ONNX Conv: input channels = W's second axis x group, W's first axis a multiple of group)")
+    if bias is not None and list(shape(bias)) != [sw[0]]:
+        ctx.fail(f"the bias is {list(shape(bias))}; it must hold one value per output channel: [{sw[0]}]")
+    for name, values in (("strides", strides), ("dilations", dilations)):
+        if len(values) != nsp or min(values) < 1:
+            ctx.fail(f"{name} {list(values)} must hold one value >= 1 per spatial axis ({nsp} in all)")
+
+
 @lowering("Conv")
 def lower_conv(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
     x, w = inputs[0], inputs[1]
@@ -80,8 +98,11 @@ def lower_conv(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
         ctx.fail(f"kernel_shape {list(kernel)} disagrees with the weight shape {list(sw)}")
     strides = list(ctx.attr("strides") or [1] * nsp)
     dilations = list(ctx.attr("dilations") or [1] * nsp)
+    check_conv_attrs(ctx, shape(x), sw, bias, strides, dilations)
     in_sp = shape(x)[-nsp:]
     pads = conv_pads(ctx, in_sp, sw[2:], strides, dilations)
+    if len(pads) != 2 * nsp or min(pads) < 0:
+        ctx.fail(f"pads {pads} must hold a begin and an end >= 0 per spatial axis ({2 * nsp} in all)")
     for i in range(nsp):
         padded = in_sp[i] + pads[i] + pads[nsp + i]
         span = (sw[2 + i] - 1) * dilations[i] + 1

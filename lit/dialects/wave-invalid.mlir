@@ -105,3 +105,14 @@ func.func @prologue_reads_missing_input() {
   func.return
 }
 // CHECK: wave.matmul: prologue uses %1 but the op has 0 prologue inputs (%1..%0)
+
+// -----
+
+func.func @conv_stride_zero() {
+  %x = wave.input "x" : tensor<1x8x16xf32>
+  %w = wave.weight "w" : tensor<4x8x3xf32>
+  %y = wave.conv %x, %w {strides = array<i64: 0>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<1x8x16xf32>, tensor<4x8x3xf32> -> tensor<1x4x16xf32>
+  wave.output "y", %y : tensor<1x4x16xf32>
+  func.return
+}
+// CHECK: wave.conv: strides [0] and dilations [1] must be >= 1, pads [1, 1] >= 0
