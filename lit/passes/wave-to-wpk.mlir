@@ -139,6 +139,24 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // -----
 
+// A cohort that fills the tiled GEMM's 64-row blocks: the byte-balanced split (32 sessions x 16 channels, 4
+// tiles) leaves each tile 32 rows, too few for the tiled GEMM, so its lane groups would run them; the tiled
+// split's 2 tiles of 64 sessions x 16 channels (one block each, K = 64 x 3) model 19,796 cycles against the
+// lane groups' 24,576 (tiled_conv_split, lane_conv_cycles).
+builtin.module attributes {wave.cohort = 64 : i64} {
+  func.func @conv_blocks() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<64x64x1xf32>
+    %w = wave.weight "w" : tensor<32x64x3xf32>
+    %y = wave.conv %x, %w {strides = array<i64: 1>, pads = array<i64: 1, 1>, dilations = array<i64: 1>, group = 1 : i64} : tensor<64x64x1xf32>, tensor<32x64x3xf32> -> tensor<64x32x1xf32>
+    wave.output "y", %y {cohort_axis = 0 : i64} : tensor<64x32x1xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "conv_2"
+// CHECK-NEXT:    wpk.tasks "conv" {{.*}}sessions = array<i64: 0, 64, 0, 64>, elems = array<i64: 0, 16, 16, 32>}
+
+// -----
+
 // Two states swapped: the state writes run after the graph, one after another, so a new value that is an
 // old state is held in an activation during the graph; otherwise `b`'s write would read `a` already
 // overwritten with `b`.
