@@ -10,6 +10,9 @@ Writes, under --out:
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights; 0: none);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
+- ``conv-NAME``: the 1-D convolutions of CONV_CASES (stride, padding, dilation, no bias, a residual epilogue,
+  tiles the tiled GEMM does not take beside those it does), at cohorts that cut them for the tiled GEMM
+  (wave-to-wpk's tiled_conv_split), for scripts/gpu_check.py to hold against the interpreter;
 - ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
 - ``duplexP-N``: with ``--duplex-sessions N ...``, duplex:P for N sessions, P the --duplex-preset (default 1b;
   bench/density.py runs it against bench/builder_peers.py);
@@ -59,6 +62,50 @@ def threads_target(out: Path, threads: int) -> Path:
     return path
 
 
+# name: (sessions, c_in, c_out, length, kernel, stride, pad, dilation, bias, residual): a Conv, then relu, or
+# with `residual` tanh(conv + r), r a second per-session input (an epilogue with an extra input).
+CONV_CASES = {
+    "s2d1": (1024, 48, 96, 9, 3, 2, 1, 1, True, False),
+    "s1d2": (257, 40, 211, 6, 3, 1, 2, 2, True, False),
+    "s3k5": (1000, 33, 70, 17, 5, 3, 2, 1, False, False),
+    "res": (1024, 64, 64, 4, 3, 1, 1, 1, True, True),
+    "k1": (700, 128, 48, 2, 1, 1, 0, 1, True, True),
+    "odd": (513, 29, 17, 11, 4, 2, 3, 2, True, False),
+}
+
+
+def conv_model(c_in, c_out, length, kernel, stride, pad, dilation, bias, residual, seed):
+    """A CONV_CASES model (ONNX, opset 17, batch 1), its weights drawn from N(0, 0.2) with ``seed``."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    steps = (length + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, length])]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, steps])
+    inits = [helper.make_tensor("W", TensorProto.FLOAT, [c_out, c_in, kernel],
+                                rng.normal(0, 0.2, c_out * c_in * kernel).astype(np.float32))]
+    if bias:
+        inits.append(helper.make_tensor("B", TensorProto.FLOAT, [c_out], rng.normal(0, 0.2, c_out).astype(np.float32)))
+    nodes = [helper.make_node("Conv", ["x", "W", "B"][: 2 + bias], ["c"], strides=[stride], pads=[pad, pad],
+                              dilations=[dilation])]
+    if residual:
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, c_out, steps]))
+        nodes += [helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Tanh", ["s"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    graph = helper.make_graph(nodes, "conv", inputs, [y], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv_job(seed: int, case: tuple):
+    from wavec.driver import compile_graph
+    from wavec.frontends.onnx import import_onnx
+
+    sessions, *shape = case
+    return compile_graph(import_onnx(conv_model(*shape, seed=seed)), sessions=sessions)
+
+
 def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions: int) -> list:
     from wavec import zoo
     from wavec.driver import compile_graph
@@ -72,6 +119,8 @@ def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions:
     for name in [n for n in zoo.names() if n.endswith(":tiny") and zoo_sessions > 0]:
         jobs.append((f"zoo-{name.split(':')[0]}", lambda name=name: compile_graph(lower_model(zoo.get(name)),
                                                                                  sessions=zoo_sessions)))
+    jobs += [(f"conv-{name}", lambda seed=seed, case=case: conv_job(seed, case))
+             for seed, (name, case) in enumerate(CONV_CASES.items())]
     jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
     return jobs
 

@@ -9,4 +9,6 @@ cd "$(dirname "$0")/.."
 # The GPU machine reaches no registry: the Silero model comes from .device/ when carried there.
 [ -z "${WAVEC_CACHE:-}" ] && [ -f .device/silero_vad_16k_op15.onnx ] && export WAVEC_CACHE=$PWD/.device
 python3 scripts/gpu_check.py --builtin 5 72 300 --beats 200 --warmup 20  # 72: the tall tiled-GEMM block
+# The tiled CONV's shapes (scripts/device_profiles.py CONV_CASES), when carried in .device/
+compgen -G ".device/conv-*" > /dev/null && python3 scripts/gpu_check.py .device/conv-* --beats 10 --warmup 3
 python3 scripts/silero_gpu.py "$@"
