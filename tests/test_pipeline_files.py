@@ -111,3 +111,16 @@ def test_a_custom_pipeline_schedules_for_the_compile_target():
     with pytest.raises(WavecError, match=r"wpk-schedule\{workers=200\} is more workers than --hw h200's 132 SMs"):
         check_pipeline_agrees("wpk-schedule{workers=200}", 1, "h200", 132)
     check_pipeline_agrees("wpk-schedule{workers=8}", 1, "h200", 132)  # fewer workers than SMs is fine
+
+
+def test_a_custom_pipeline_tiles_for_the_workers_it_schedules_on():
+    """A fresh user's trial compiled wave-to-wpk{workers=7} with wpk-schedule{workers=9} without a word: tiles cut
+    for one count and scheduled on another. Naming both with different counts is refused; one alone is fine."""
+    from wavec.driver import check_pipeline_agrees
+    from wavec.errors import WavecError
+
+    with pytest.raises(WavecError, match=r"wave-to-wpk\{workers=7\} cuts tiles for other workers than "
+                                         r"wpk-schedule\{workers=9\}"):
+        check_pipeline_agrees("wave-to-wpk{workers=7 min-tile-elems=4},wpk-schedule{hw=h200 workers=9}", 1, "h200", 132)
+    check_pipeline_agrees("wave-to-wpk{workers=9},wpk-schedule{workers=9}", 1, "h200", 132)
+    check_pipeline_agrees("wave-to-wpk{workers=7},wpk-schedule", 1, "h200", 132)

@@ -116,7 +116,13 @@ def _apply_with_progress(pipeline: PassPipeline, ctx, module) -> None:
 def check_pipeline_agrees(spec: str, sessions: int, hw: str, sm_count: int) -> None:
     """A pipeline's wave-cohort{sessions=K} must agree with --sessions, its wpk-schedule{hw=...} with --hw
     (profile.json records one target), and its wpk-schedule{workers=W} fit the target's ``sm_count`` (the
-    persistent kernel's cooperative launch needs every block resident, one per SM)."""
+    persistent kernel's cooperative launch needs every block resident, one per SM), and the workers that
+    wave-to-wpk cuts tiles for those that wpk-schedule runs them on, where the pipeline names both."""
+    named = {name: int(m.group(1)) for name in ("wave-to-wpk", "wpk-schedule")
+             if (m := re.search(rf"{name}\{{[^}}]*\bworkers=(\d+)", spec))}
+    if len(named) == 2 and len(set(named.values())) == 2:
+        raise WavecError(f"--pipeline: wave-to-wpk{{workers={named['wave-to-wpk']}}} cuts tiles for other workers than "
+                         f"wpk-schedule{{workers={named['wpk-schedule']}}} runs them on; make them the same")
     for p in parse_pipeline(spec).passes:
         if p.name == "wpk-schedule" and p.workers > sm_count:
             raise WavecError(f"--pipeline: wpk-schedule{{workers={p.workers}}} is more workers than --hw {hw}'s "
