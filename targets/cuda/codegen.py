@@ -655,26 +655,20 @@ struct Prologue {
   __device__ __forceinline__ bool valid() const { return n_extra >= 0 && n_extra <= kMaxPrologueExtras; }
 };
 
-// The task's epilogue and prologue, one copy a block in shared memory, built by thread 0. The bodies pass them
-// by reference to functions they do not inline, so a copy of each thread's own lived in local memory: 512
-// threads' copies did not stay in the L1 beside the GEMM staging's shared memory, and every field read was
-// an L2 round trip (Epilogue::apply_code: ~3,100 cycles an output of Silero's LSTM matmul at 1,024
+// The task's epilogue and prologue, one copy a block in shared memory, built by thread 0 (block_copy). The
+// bodies pass them by reference to functions they do not inline, so a copy of each thread's own lived in local
+// memory: 512 threads' copies did not stay in the L1 beside the GEMM staging's shared memory, and every field
+// read was an L2 round trip (Epilogue::apply_code: ~3,100 cycles an output of Silero's LSTM matmul at 1,024
 // sessions, 25,100 of its 62,700; clock64 probes, bench/RESULTS.md sixteenth run). Every thread of the block
-// calls these (a barrier): the bodies run one task at a time, and the worker loop's barrier after each
+// calls block_copy (a barrier): the bodies run one task at a time, and the worker loop's barrier after each
 // task keeps the next task's copy from overwriting one still read.
 __shared__ Epilogue task_epilogue;
 __shared__ Prologue task_prologue;
-__device__ __forceinline__ const Epilogue& block_epilogue(const Payload& t, char* const* arena_base, const long long* ep,
-                                                          int first_slot) {
-  if (threadIdx.x == 0) task_epilogue = Epilogue(t, arena_base, ep, first_slot);
+template <class T, class... Args>
+__device__ __forceinline__ const T& block_copy(T& slot, const Args&... args) {
+  if (threadIdx.x == 0) slot = T(args...);
   __syncthreads();
-  return task_epilogue;
-}
-__device__ __forceinline__ const Prologue& block_prologue(const Payload& t, char* const* arena_base, const long long* pr,
-                                                          int rank) {
-  if (threadIdx.x == 0) task_prologue = Prologue(t, arena_base, pr, rank);
-  __syncthreads();
-  return task_prologue;
+  return slot;
 }
 
 // One output's view of the prologue's extras: where each starts for this output, and its k stride.
@@ -793,12 +787,12 @@ __device__ __noinline__ void matmul_body(const Payload& t, const long long* __re
   const OperandView out = operand(t, arena_base, kOutSlot);
   const OperandView a = operand(t, arena_base, 0);
   const OperandView b = operand(t, arena_base, 1);
-  const Prologue& pro = block_prologue(t, arena_base, words.prologue(), rank);
+  const Prologue& pro = block_copy(task_prologue, t, arena_base, words.prologue(), rank);
   if (!pro.valid()) {
     if (threadIdx.x == 0) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
     return;
   }
-  const Epilogue& ep = block_epilogue(t, arena_base, pro.end, 2 + pro.n_extra);
+  const Epilogue& ep = block_copy(task_epilogue, t, arena_base, pro.end, 2 + pro.n_extra);
   bool ep_error = false;
   const LaneGroups g(t);
   for (unsigned base = 0; base < g.outputs; base += g.groups) {
@@ -1769,7 +1763,7 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   if (!single_b) return false;
   const MatmulTile& tile = task_tile;
   if (column_gemm_takes(tile)) {
-    const Epilogue& ep = block_epilogue(t, arena_base, ep_words, 2);
+    const Epilogue& ep = block_copy(task_epilogue, t, arena_base, ep_words, 2);
     bool error = false;
     column_gemm(tile, ep, error);
     if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
@@ -1792,8 +1786,8 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && mma_rows &&
                           MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
   if (!tiled && !stream) return false;
-  const Prologue& pro = block_prologue(t, arena_base, tile.prologue, tile.rank);
-  const Epilogue& ep = block_epilogue(t, arena_base, ep_words, 2 + pro.n_extra);
+  const Prologue& pro = block_copy(task_prologue, t, arena_base, tile.prologue, tile.rank);
+  const Epilogue& ep = block_copy(task_epilogue, t, arena_base, ep_words, 2 + pro.n_extra);
   bool error = false;
   if (mma_stream) {
     if (tile.b_tf32) mma_stream_gemm<true>(tile, ep, error);
@@ -1924,7 +1918,7 @@ __device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* 
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
   const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T;
   const unsigned u0 = t.elem_begin / T, K = c_in * KW;
-  const Epilogue& ep = block_epilogue(t, arena_base, p + 13, has_bias ? 3 : 2);
+  const Epilogue& ep = block_copy(task_epilogue, t, arena_base, p + 13, has_bias ? 3 : 2);
   ConvTileOps ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0,
                   operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
                   has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
@@ -1960,7 +1954,7 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
   const OperandView x = operand(t, arena_base, 0);
   const OperandView w = operand(t, arena_base, 1);
   const OperandView bias = has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0};
-  const Epilogue& ep = block_epilogue(t, arena_base, dilation + nsp, has_bias ? 3 : 2);
+  const Epilogue& ep = block_copy(task_epilogue, t, arena_base, dilation + nsp, has_bias ? 3 : 2);
   bool ep_error = false;
   const unsigned n_sess = t.session_end - t.session_begin;
   const unsigned block = w.sstride == 0 ? kConvSessions : 1;  // per-session weights: one session a group
