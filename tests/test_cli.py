@@ -278,6 +278,7 @@ BAD_CONVS = [  # (W shape, bias length or None, attributes, what the error names
     ([32, 8, 3], None, {"dilations": [0]}, "dilations [0] must hold one value >= 1 per spatial axis"),
     ([32, 8, 3], None, {"pads": [-1, -1]}, "pads [-1, -1] must hold a begin and an end >= 0 per spatial axis"),
     ([32, 8, 3], None, {"pads": [1]}, "pads [1] must hold a begin and an end >= 0 per spatial axis"),
+    ([32, 8], None, {}, "W [32, 8] must be [C_out, C_in / group, *kernel], at least one spatial axis"),
 ]
 
 

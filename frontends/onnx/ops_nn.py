@@ -75,6 +75,8 @@ def check_conv_attrs(ctx: LowerCtx, sx, sw, bias, strides, dilations) -> None:
     dilations of one positive value per spatial axis."""
     nsp = len(sw) - 2
     group = int(ctx.attr("group", 1))
+    if nsp < 1:
+        ctx.fail(f"W {list(sw)} must be [C_out, C_in / group, *kernel], at least one spatial axis")
     if len(sx) < nsp + 2:
         ctx.fail(f"the input {list(sx)} has fewer than the {nsp} spatial axes, channels and batch W {list(sw)} needs")
     if group < 1 or sx[-nsp - 1] != sw[1] * group or sw[0] % group:
