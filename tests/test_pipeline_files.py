@@ -115,12 +115,16 @@ def test_a_custom_pipeline_schedules_for_the_compile_target():
 
 def test_a_custom_pipeline_tiles_for_the_workers_it_schedules_on():
     """A fresh user's trial compiled wave-to-wpk{workers=7} with wpk-schedule{workers=9} without a word: tiles cut
-    for one count and scheduled on another. Naming both with different counts is refused; one alone is fine."""
+    for one count and scheduled on another. Different counts are refused, the parsed values compared (a default
+    of 132, a signed +7), not the spec's text."""
     from wavec.driver import check_pipeline_agrees
     from wavec.errors import WavecError
 
-    with pytest.raises(WavecError, match=r"wave-to-wpk\{workers=7\} cuts tiles for other workers than "
-                                         r"wpk-schedule\{workers=9\}"):
-        check_pipeline_agrees("wave-to-wpk{workers=7 min-tile-elems=4},wpk-schedule{hw=h200 workers=9}", 1, "h200", 132)
+    for spec, (cut, run) in (("wave-to-wpk{workers=7 min-tile-elems=4},wpk-schedule{hw=h200 workers=9}", (7, 9)),
+                             ("wave-to-wpk{workers=7},wpk-schedule", (7, 132)),
+                             ("wave-to-wpk{workers=+7},wpk-schedule{workers=9}", (7, 9))):
+        with pytest.raises(WavecError, match=rf"wave-to-wpk\{{workers={cut}\}} cuts tiles for other workers than "
+                                             rf"wpk-schedule\{{workers={run}\}}"):
+            check_pipeline_agrees(spec, 1, "h200", 132)
     check_pipeline_agrees("wave-to-wpk{workers=9},wpk-schedule{workers=9}", 1, "h200", 132)
-    check_pipeline_agrees("wave-to-wpk{workers=7},wpk-schedule", 1, "h200", 132)
+    check_pipeline_agrees("wave-to-wpk,wpk-schedule", 1, "h200", 132)

@@ -117,13 +117,14 @@ def check_pipeline_agrees(spec: str, sessions: int, hw: str, sm_count: int) -> N
     """A pipeline's wave-cohort{sessions=K} must agree with --sessions, its wpk-schedule{hw=...} with --hw
     (profile.json records one target), and its wpk-schedule{workers=W} fit the target's ``sm_count`` (the
     persistent kernel's cooperative launch needs every block resident, one per SM), and the workers that
-    wave-to-wpk cuts tiles for those that wpk-schedule runs them on, where the pipeline names both."""
-    named = {name: int(m.group(1)) for name in ("wave-to-wpk", "wpk-schedule")
-             if (m := re.search(rf"{name}\{{[^}}]*\bworkers=(\d+)", spec))}
-    if len(named) == 2 and len(set(named.values())) == 2:
-        raise WavecError(f"--pipeline: wave-to-wpk{{workers={named['wave-to-wpk']}}} cuts tiles for other workers than "
-                         f"wpk-schedule{{workers={named['wpk-schedule']}}} runs them on; make them the same")
-    for p in parse_pipeline(spec).passes:
+    wave-to-wpk cuts tiles for those that wpk-schedule runs them on (each its option's value or default), where
+    the pipeline has both."""
+    passes = parse_pipeline(spec).passes
+    workers = {p.name: p.workers for p in passes if p.name in ("wave-to-wpk", "wpk-schedule")}
+    if len(workers) == 2 and workers["wave-to-wpk"] != workers["wpk-schedule"]:
+        raise WavecError(f"--pipeline: wave-to-wpk{{workers={workers['wave-to-wpk']}}} cuts tiles for other workers than "
+                         f"wpk-schedule{{workers={workers['wpk-schedule']}}} runs them on; give both the same workers")
+    for p in passes:
         if p.name == "wpk-schedule" and p.workers > sm_count:
             raise WavecError(f"--pipeline: wpk-schedule{{workers={p.workers}}} is more workers than --hw {hw}'s "
                              f"{sm_count} SMs; the persistent kernel runs one block per SM, so give at most {sm_count}")
