@@ -95,6 +95,20 @@ def _leftovers(folder: Path) -> list[str]:
 # -- 1. Profile.save replaces only a wavec profile ------------------------------------------------
 
 
+def test_compile_takes_workers_within_the_targets_sms(tmp_path, capsys):
+    """--workers sets the blocks the tiles are cut for and scheduled on (a fresh user found no way to set it but
+    a whole --pipeline); more than the target's SMs, or none, is refused in one line."""
+    from wavec.profile import load
+
+    out = tmp_path / "w.profile"
+    assert _compile_tiny(tmp_path, out, "--workers", "1") == 0  # the test target has 2 SMs
+    assert load(out).meta["workers"] == 1
+    for bad in ("0", "3"):
+        assert _compile_tiny(tmp_path, tmp_path / f"bad{bad}", "--workers", bad) == 1
+        assert "--workers must be a whole number from 1 to --hw" in _error(capsys)
+        assert not (tmp_path / f"bad{bad}").exists()
+
+
 def test_compile_refuses_the_current_directory(tmp_path, capsys, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()

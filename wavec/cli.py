@@ -1,6 +1,6 @@
 """`wavec`: compile a model to a profile, run it, report it, verify it.
 
-    wavec compile MODEL.onnx|NAME:PRESET --sessions N [--hw h200] [--bind NAME=VALUE]... [--frame NAME=LEN]...
+    wavec compile MODEL.onnx|NAME:PRESET --sessions N [--hw h200] [--workers W] [--bind NAME=VALUE]... [--frame NAME=LEN]...
                   [--state IN=OUT]... [--pipeline SPEC|FILE.yaml] [--print-ir-after-all]
                   [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx|NAME:PRESET [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
@@ -178,10 +178,10 @@ def cmd_compile(args) -> int:
             with shown.stage("build"):
                 graph = zoo_model.lower()
             profile = compile_graph(graph, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                                    print_ir_after=dumps)
+                                    print_ir_after=dumps, workers=args.workers)
         else:
             profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                                    print_ir_after=dumps, **options)
+                                    print_ir_after=dumps, workers=args.workers, **options)
         with shown.stage("save"):
             out = profile.save(args.output)
     print(f"wrote {out}: {len(profile.payloads)} tasks, {len(profile.meta['phases'])} phases, "
@@ -466,6 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="an .onnx file, or a zoo model NAME:PRESET (e.g. duplex:1b)")
     p.add_argument("--sessions", type=int, required=True, help="cohort capacity (session slots)")
     p.add_argument("--hw", default="h200", help="hardware target: a name (h200) or a YAML path")
+    p.add_argument("--workers", type=int, help="persistent blocks (one an SM) the tiles are cut for and scheduled on "
+                   "(default: the target's SM count; the pipelines' ${workers})")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help="fold a scalar input to a constant")
     p.add_argument("--frame", action="append", default=[], metavar="NAME=LEN", help="frame length of an input's symbolic dim")
     p.add_argument("--state", action="append", default=[], metavar="IN=OUT", help="pair a state input with its output")

@@ -192,33 +192,41 @@ def compile(  # noqa: A001 - the public verb of the package
     states: list[tuple[str, str]] | None = None,
     pipeline: str | None = None,
     print_ir_after: set[str] | None = None,
+    workers: int | None = None,
 ) -> Profile:
-    """Compiles an ONNX model for a cohort of `sessions` on target `hw` (a name or a YAML path).
+    """Compiles an ONNX model for a cohort of `sessions` on target `hw` (a name or a YAML path), its tiles cut
+    for and scheduled on `workers` persistent blocks (default: the target's SM count; see `compile_graph`).
     `pipeline` is a wavec-opt spec or a YAML pipeline file; `print_ir_after` names passes ("*": every
     pass) after which the IR is printed to stderr. Raises WavecError (UnsupportedModelError for the
     model, VerificationError for a bad schedule)."""
     from wavec.frontends.onnx import import_onnx
 
     graph = import_onnx(model, bindings=bindings or {}, frames=frames or {}, states=states or [])
-    return compile_graph(graph, sessions=sessions, hw=hw, pipeline=pipeline, print_ir_after=print_ir_after)
+    return compile_graph(graph, sessions=sessions, hw=hw, pipeline=pipeline, print_ir_after=print_ir_after,
+                         workers=workers)
 
 
 def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | None = None, workers: int | None = None,
                   print_ir_after: set[str] | None = None) -> Profile:
     """Runs the pass pipeline on an imported graph (wavec.frontends.onnx.ImportedGraph or any object with
     `module`, `weights`, `name` and `bindings`) and emits the profile. ``workers`` overrides the target's
-    SM count (tests use a few workers to keep profiles small)."""
+    SM count (tests use a few workers to keep profiles small); it must be 1 to that count, since the
+    persistent kernel runs one block per SM. Raises WavecError otherwise."""
     from wavec.pipeline import pipeline_spec
 
     if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
         raise WavecError(f"--sessions must be a whole number >= 1, got {sessions!r}")
     target = load_hw(hw)
-    workers = workers or int(target["sm_count"])
+    sm_count = int(target["sm_count"])
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= sm_count):
+        raise WavecError(f"--workers must be a whole number from 1 to --hw {hw}'s {sm_count} SMs (the persistent "
+                         f"kernel runs one block per SM), got {workers!r}")
+    workers = workers or sm_count
     if pipeline is None:
         spec = default_pipeline(sessions, workers, hw)
     else:
         spec = with_schedule_target(pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw}), hw)
-        check_pipeline_agrees(spec, sessions, hw, int(target["sm_count"]))
+        check_pipeline_agrees(spec, sessions, hw, sm_count)
     check_bf16_weights(graph.module, graph.weights)
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)

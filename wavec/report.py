@@ -82,7 +82,8 @@ def ewise_bodies_report(profile: Profile) -> dict:
         "kept_bodies": sum(int(b.get("keep", -1)) >= 0 for b in table),
         "tasks": int(len(ewise)),
         "generated_tasks": int(sum(int(at) in generated for at in ewise["params"])),
-        "note": "apache-tvm was not importable at compile time" if len(ewise) and not bodies else None,
+        "note": ("apache-tvm was not importable at compile time; install it (pip install -e '.[tvm]') for TVM "
+                 "TensorIR bodies") if len(ewise) and not bodies else None,
     }
 
 
