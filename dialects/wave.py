@@ -366,6 +366,26 @@ def conv_out_size(size: int, kernel: int, stride: int, dilation: int, pad_total:
     return (size + pad_total - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def conv_fault(sx, w_shape, bias_shape, strides, pads, dilations, group: int) -> str | None:
+    """What makes a Conv of input shape ``sx``, weight ``w_shape`` (leading per-session axes allowed) and bias
+    ``bias_shape`` (None: no bias) ill-formed, or None: ranks, strides and dilations >= 1, pads >= 0, channels
+    against the group, one bias value per output channel. wave.conv's verifier and the ONNX frontend (which
+    names the node) both ask this."""
+    st, pd, dl = tuple(strides), tuple(pads), tuple(dilations)
+    nsp = len(st)
+    sw = tuple(w_shape)[-nsp - 2 :]
+    if nsp < 1 or len(sx) < nsp + 1 or len(w_shape) < nsp + 2 or len(dl) != nsp or len(pd) != 2 * nsp:
+        return f"inconsistent ranks x {list(sx)}, w {list(w_shape)}, strides {st}, pads {pd}"
+    if min(st) < 1 or min(dl) < 1 or min(pd) < 0:
+        return f"strides {list(st)} and dilations {list(dl)} must be >= 1, pads {list(pd)} >= 0"
+    c_in = sx[-nsp - 1]
+    if group < 1 or c_in != sw[1] * group or sw[0] % group:
+        return f"channels x {c_in}, w {list(sw)}, group {group} do not match"
+    if bias_shape is not None and tuple(bias_shape)[-1:] != (sw[0],):
+        return f"bias must be [{sw[0]}], got {list(bias_shape)}"
+    return None
+
+
 @irdl_op_definition
 class ConvOp(IRDLOperation):
     """ONNX Conv: x [..., C_in, *spatial], w [C_out, C_in/group, *kernel], optional bias [C_out];
@@ -409,18 +429,12 @@ class ConvOp(IRDLOperation):
         _verify_epilogue(self)
         sx, out = shape_of(self.x), shape_of(self.result)
         st, pd, dl = (tuple(a.get_values()) for a in (self.strides, self.pads, self.dilations))
+        bias_shape = None if self.bias is None else shape_of(self.bias)
+        fault = conv_fault(sx, shape_of(self.w), bias_shape, st, pd, dl, self.group.value.data)
+        if fault:
+            raise VerifyException(f"wave.conv: {fault}")
         nsp = len(st)
         sw = shape_of(self.w)[-nsp - 2 :]  # leading axes of w, if any, are per-session batch axes (cohort)
-        g = self.group.value.data
-        if nsp < 1 or len(sx) < nsp + 1 or len(shape_of(self.w)) < nsp + 2 or len(dl) != nsp or len(pd) != 2 * nsp:
-            raise VerifyException(f"wave.conv: inconsistent ranks x {list(sx)}, w {list(shape_of(self.w))}, strides {st}, pads {pd}")
-        if min(st) < 1 or min(dl) < 1 or min(pd) < 0:
-            raise VerifyException(f"wave.conv: strides {list(st)} and dilations {list(dl)} must be >= 1, pads {list(pd)} >= 0")
-        c_in = sx[-nsp - 1]
-        if g < 1 or c_in != sw[1] * g or sw[0] % g:
-            raise VerifyException(f"wave.conv: channels x {c_in}, w {list(sw)}, group {g} do not match")
-        if self.bias is not None and shape_of(self.bias)[-1:] != (sw[0],):
-            raise VerifyException(f"wave.conv: bias must be [{sw[0]}], got {list(shape_of(self.bias))}")
         sp = tuple(conv_out_size(sx[-nsp + i], sw[2 + i], st[i], dl[i], pd[i] + pd[nsp + i]) for i in range(nsp))
         if out != (*sx[: -nsp - 1], sw[0], *sp):
             raise VerifyException(f"wave.conv: result {list(out)} should be {[*sx[:-nsp - 1], sw[0], *sp]}")

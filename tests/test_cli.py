@@ -285,21 +285,22 @@ def test_short_frame_on_silero_names_the_stft_conv(tmp_path, capsys):
 
 
 BAD_CONVS = [  # (W shape, bias length or None, attributes, what the error names): onnxruntime refuses each at load
-    ([32, 8, 3], 4, {}, "the bias is [4]; it must hold one value per output channel: [32]"),
-    ([32, 9, 3], None, {}, "the input's 8 channels, W [32, 9, 3] and group 1 do not match"),
-    ([32, 8, 3], None, {"group": 3}, "the input's 8 channels, W [32, 8, 3] and group 3 do not match"),
-    ([32, 8, 3], None, {"strides": [0]}, "strides [0] must hold one value >= 1 per spatial axis"),
-    ([32, 8, 3], None, {"dilations": [0]}, "dilations [0] must hold one value >= 1 per spatial axis"),
-    ([32, 8, 3], None, {"pads": [-1, -1]}, "pads [-1, -1] must hold a begin and an end >= 0 per spatial axis"),
-    ([32, 8, 3], None, {"pads": [1]}, "pads [1] must hold a begin and an end >= 0 per spatial axis"),
-    ([32, 8], None, {}, "W [32, 8] must be [C_out, C_in / group, *kernel], at least one spatial axis"),
+    ([32, 8, 3], 4, {}, "bias must be [32], got [4]"),
+    ([32, 9, 3], None, {}, "channels x 8, w [32, 9, 3], group 1 do not match"),
+    ([32, 8, 3], None, {"group": 3}, "channels x 8, w [32, 8, 3], group 3 do not match"),
+    ([32, 8, 3], None, {"strides": [0]}, "strides [0] and dilations [1] must be >= 1"),
+    ([32, 8, 3], None, {"dilations": [0]}, "strides [1] and dilations [0] must be >= 1"),
+    ([32, 8, 3], None, {"pads": [-1, -1]}, "pads [-1, -1] >= 0"),
+    ([32, 8, 3], None, {"pads": [1]}, "inconsistent ranks x [1, 8, 16], w [32, 8, 3], strides (1,), pads (1,)"),
+    ([32, 8], None, {}, "inconsistent ranks x [1, 8, 16], w [32, 8]"),
 ]
 
 
 @pytest.mark.parametrize("w_shape, bias, attrs, expected", BAD_CONVS)
 def test_a_malformed_conv_is_refused_by_name(w_shape, bias, attrs, expected):
     """A bias of 4 values for 32 channels compiled and verified, and the kernel read 28 'bias' values out of the
-    next weight (a fresh user's trial): every such Conv is now refused at import, naming the node."""
+    next weight (a fresh user's trial): every such Conv is now refused at import, naming the node, by the rule
+    wave.conv's verifier applies (wave.conv_fault)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     inits = [helper.make_tensor("W", TensorProto.FLOAT, w_shape, np.ones(w_shape, np.float32).ravel())]

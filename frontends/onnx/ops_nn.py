@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wavec.dialects import wave
 from wavec.frontends.onnx.lowering import LowerCtx, Static, Value, lowering, shape
 
 
@@ -61,32 +62,12 @@ def conv_pads(ctx: LowerCtx, in_sp, kernel, strides, dilations) -> list[int]:
         ctx.fail(f"auto_pad={auto!r} is not supported")
     begin, end = [], []
     for i in range(nsp):
-        out = -(-in_sp[i] // strides[i])
+        out = -(-in_sp[i] // max(strides[i], 1))  # a stride under 1 is reported by conv_fault
         total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_sp[i], 0)
         small, big = total // 2, total - total // 2
         begin.append(small if auto == "SAME_UPPER" else big)
         end.append(big if auto == "SAME_UPPER" else small)
     return begin + end
-
-
-def check_conv_attrs(ctx: LowerCtx, sx, sw, bias, strides, dilations) -> None:
-    """What onnxruntime refuses at load and the kernel would misread: x's channels against W's times the
-    group, a group dividing the output channels, a bias of one value per output channel, strides and
-    dilations of one positive value per spatial axis."""
-    nsp = len(sw) - 2
-    group = int(ctx.attr("group", 1))
-    if nsp < 1:
-        ctx.fail(f"W {list(sw)} must be [C_out, C_in / group, *kernel], at least one spatial axis")
-    if len(sx) < nsp + 2:
-        ctx.fail(f"the input {list(sx)} has fewer than the {nsp} spatial axes, channels and batch W {list(sw)} needs")
-    if group < 1 or sx[-nsp - 1] != sw[1] * group or sw[0] % group:
-        ctx.fail(f"the input's {sx[-nsp - 1]} channels, W {list(sw)} and group {group} do not match "
-                 f"(ONNX Conv: input channels = W's second axis x group, W's first axis a multiple of group)")
-    if bias is not None and list(shape(bias)) != [sw[0]]:
-        ctx.fail(f"the bias is {list(shape(bias))}; it must hold one value per output channel: [{sw[0]}]")
-    for name, values in (("strides", strides), ("dilations", dilations)):
-        if len(values) != nsp or min(values) < 1:
-            ctx.fail(f"{name} {list(values)} must hold one value >= 1 per spatial axis ({nsp} in all)")
 
 
 @lowering("Conv")
@@ -100,11 +81,14 @@ def lower_conv(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
         ctx.fail(f"kernel_shape {list(kernel)} disagrees with the weight shape {list(sw)}")
     strides = list(ctx.attr("strides") or [1] * nsp)
     dilations = list(ctx.attr("dilations") or [1] * nsp)
-    check_conv_attrs(ctx, shape(x), sw, bias, strides, dilations)
     in_sp = shape(x)[-nsp:]
     pads = conv_pads(ctx, in_sp, sw[2:], strides, dilations)
-    if len(pads) != 2 * nsp or min(pads) < 0:
-        ctx.fail(f"pads {pads} must hold a begin and an end >= 0 per spatial axis ({2 * nsp} in all)")
+    # What onnxruntime refuses at load and the kernel would misread (a short bias read the next weight's values).
+    fault = wave.conv_fault(shape(x), sw, None if bias is None else shape(bias), strides, pads, dilations,
+                            int(ctx.attr("group", 1)))
+    if fault:
+        ctx.fail(fault, "ONNX Conv: W is [C_out, C_in / group, *kernel], the bias [C_out], strides and dilations "
+                        "one value >= 1 per spatial axis, pads a begin and an end >= 0 for each")
     for i in range(nsp):
         padded = in_sp[i] + pads[i] + pads[nsp + i]
         span = (sw[2 + i] - 1) * dilations[i] + 1
