@@ -2208,6 +2208,24 @@ __device__ __forceinline__ void prefetch_task_weights(const Payload& t, const lo
   }
 }
 
+// The persistent loop's staging of a worker's next task into shared memory (cp.async; the caller commits and
+// waits). The payload is 128 bytes, 16 a thread; the parameter block kParamWindow words (none when 0: the
+// bodies then read params.bin), 8 bytes a thread.
+__device__ __forceinline__ void stage_payload(Payload* dst, const Payload* __restrict__ payloads, int i) {
+  static_assert(sizeof(Payload) % 16 == 0, "the payload is copied in 16-byte pieces");
+  if (threadIdx.x < sizeof(Payload) / 16) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(reinterpret_cast<char*>(dst) + 16 * threadIdx.x);
+    const char* from = reinterpret_cast<const char*>(payloads + i) + 16 * threadIdx.x;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+  }
+}
+__device__ __forceinline__ void stage_params(long long* dst, const long long* __restrict__ params, long long first) {
+  for (long long w = threadIdx.x; w < kParamWindow && first + w < kParamWords; w += blockDim.x) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst + w);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(params + first + w) : "memory");
+  }
+}
+
 // `p`: the task's parameter block (in shared memory when staged).
 __device__ void run_task(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                          unsigned* out_epoch, unsigned beat) {
@@ -2251,8 +2269,14 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
                  char* output, unsigned* counters, volatile unsigned* host_flags, unsigned* out_epoch,
                  unsigned long long input_half_bytes, unsigned long long output_half_bytes,
                  unsigned long long* __restrict__ trace) {
-  __shared__ Payload task;
-  __shared__ long long task_params[kParamWindow > 0 ? kParamWindow : 1];  // the task's parameter block
+  // The worker's task j (counting over beats) has its payload in task_ring[j % 4], staged two tasks ahead, and
+  // its parameter block in param_ring[j % 2], staged a task ahead (stage_payload, stage_params): when task j
+  // starts, both have landed, and the next two tasks' copies are in flight while it runs. Task j's payload
+  // stays until task j + 2 starts, so the releasing warp reads task j's signal after the barrier that ends it,
+  // while warp 0 stages task j + 3's; nothing of the task is held in registers across its body, whose calls
+  // would spill it (and the reload after the body would be an L2 round trip).
+  __shared__ __align__(16) Payload task_ring[4];
+  __shared__ long long param_ring[2][kParamWindow > 0 ? kParamWindow : 1];
   __shared__ char* arena_base[kOperands];
   __shared__ int control;     // WaitResult of thread 0's last wait, for the whole block
   const int2 range = worker_tasks[blockIdx.x];
@@ -2266,6 +2290,17 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
   // local memory, which the wait's acquire had emptied from the L1.
   __shared__ unsigned shared_beat;
   if (threadIdx.x == 0) shared_beat = 0;
+  const unsigned n_tasks = (unsigned)(range.y - range.x);
+  if (n_tasks > 0) {
+    stage_payload(&task_ring[0], payloads, range.x);
+    stage_payload(&task_ring[1], payloads, range.x + 1u % n_tasks);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    stage_params(param_ring[0], params, task_ring[0].params);
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
   __syncthreads();
   for (;;) {
     const unsigned& beat = shared_beat;
@@ -2310,16 +2345,16 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
 
     // ---- The worker's tasks, in order ------------------------------------------------------------
     for (int i = range.x; i < range.y; ++i) {
-      if (threadIdx.x < sizeof(Payload) / 4)
-        reinterpret_cast<unsigned*>(&task)[threadIdx.x] = __ldg(reinterpret_cast<const unsigned*>(payloads + i) + threadIdx.x);
-      __syncthreads();
-      // Staged before the wait: the acquire that ends it empties L1, never shared memory (param_window).
-      const long long* p = params + task.params;
-      if (kParamWindow > 0) {
-        for (long long w = threadIdx.x; w < kParamWindow && task.params + w < kParamWords; w += blockDim.x)
-          task_params[w] = __ldg(p + w);
-        p = task_params;
-      }
+      // Task i's payload and parameters are in shared memory already (task_ring, param_ring: staged while the
+      // tasks before it ran), so a worker goes from one task's release to the next one's wait without a memory
+      // round trip. Loaded there, the payload and then its parameters cost two: 1.0-1.25 us from a body's end
+      // to the next task's wait (traces of Silero at 1 to 256 sessions, bench/RESULTS.md seventeenth run).
+      const unsigned k = (unsigned)(i - range.x), j = beat * n_tasks + k;  // j mod 4 (the product may wrap)
+      const Payload& task = task_ring[j % 4u];
+      stage_payload(&task_ring[(j + 2u) % 4u], payloads, range.x + (k + 2u) % n_tasks);
+      stage_params(param_ring[(j + 1u) % 2u], params, task_ring[(j + 1u) % 4u].params);
+      cp_async_commit();  // lands while the body runs; a body's own cp.async waits count it as done first
+      const long long* p = kParamWindow > 0 ? param_ring[j % 2u] : params + task.params;
       if (kPrefetchWeights) prefetch_task_weights(task, params + task.params, arena_base);
       if (threadIdx.x == 0) {
         if (trace) trace[kTraceWords * i + 0] = global_timer_ns();
@@ -2331,19 +2366,25 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
         control = r;
       }
       __syncthreads();
-      if (control != kReached) return;
-      const unsigned signal = task.signal;  // read before the next iteration overwrites `task`
-      const unsigned signal_phase = task.signal_phase;
+      if (control != kReached) {
+        cp_async_wait<0>();  // no copy outlives the block
+        return;
+      }
       if (trace && threadIdx.x == 0) trace[kTraceWords * i + 1] = global_timer_ns();
       run_task(task, p, arena_base, out_epoch, beat);
+      cp_async_wait<0>();  // the next tasks' copies, issued before the wait
       __syncthreads();
       if (trace && threadIdx.x == 0) trace[kTraceWords * i + 2] = global_timer_ns();
       // The release orders the block's writes, which __syncthreads ordered before it (CUTLASS's arrive_inc:
-      // __syncthreads, then a release by thread 0). A fence.sc before it cost one-session Silero 5 us a beat
-      // (117 -> 112 us, 64 sessions 185 -> 181, 1,024 472 -> 465; bench/RESULTS.md ninth run).
-      if (threadIdx.x == 0 && signal != kBeatDoneCounter) {
-        red_release_gpu(&counters[signal], 1u);
-        if (signal_phase != 0u) red_release_gpu(&counters[signal_phase], 1u);
+      // __syncthreads, then a release by one thread). A fence.sc before it cost one-session Silero 5 us a beat
+      // (117 -> 112 us, 64 sessions 185 -> 181, 1,024 472 -> 465; bench/RESULTS.md ninth run). The last warp
+      // releases, so that thread 0 goes on to the next task's wait while the release's fence drains the stores.
+      if (threadIdx.x == blockDim.x - 32) {
+        const Payload& done = task_ring[(beat * n_tasks + (unsigned)(i - range.x)) % 4u];
+        if (done.signal != kBeatDoneCounter) {
+          red_release_gpu(&counters[done.signal], 1u);
+          if (done.signal_phase != 0u) red_release_gpu(&counters[done.signal_phase], 1u);
+        }
       }
     }
 
