@@ -6,10 +6,18 @@ by liveness (wavec.analysis.liveness), at the `granularity` option's grain:
 - `tile`: each 4-byte word is live from the first phase whose task footprints touch it to the
   last one, so the slices of a buffer that different phases consume (an STFT's real and imaginary
   halves) are recycled one by one, and words no task touches are never live;
-- `auto` (default): `tile` while one session's activation buffers hold at most `max-tile-words` words
-  (its word liveness takes 16 bytes a word: 1 GiB at the default 2^26), else `op` (duplex:1b holds
-  4.0e7 words a session; duplex:11b 4.4e8, and tile liveness ran out of 23 GB on it). The module's
-  `wpk.arena_granularity` says which one ran.
+- `none`: every activation keeps bytes of its own for the whole beat: nothing is recycled, so no task
+  waits for the readers of the bytes it writes (write-after-read);
+- `auto` (default): `none` while the activations of the whole cohort, each in bytes of its own, total at most
+  `max-dedicated-bytes` (default 0: never); else `tile` while one session's activation buffers hold at
+  most `max-tile-words` words (its word liveness takes 16 bytes a word: 1 GiB at the default 2^26), else
+  `op` (duplex:1b holds 4.0e7 words a session; duplex:11b 4.4e8, and tile liveness ran out of 23 GB on
+  it). The module's `wpk.arena_granularity` says which one ran.
+Why `none`: recycling saves nothing that matters in a small arena, and its write-after-read waits are
+dependencies the program did not have. In one-session Silero (8.7 KB recycled), the LSTM head's
+convolution wrote bytes the state's concat still read, so it waited for the concat, which the schedule
+then ran first, ahead of the convolution's own input, on the worker both wanted (bench/RESULTS.md,
+seventeenth run). The default pipeline sets `max-dedicated-bytes` to 4 MiB.
 A phase's inputs and output are always live together, so a task never overwrites what a task of its own
 phase reads. First-fit placement gives each buffer the lowest offset at which none of its live segments
 overlaps, in bytes and in phases, a segment already placed; it runs in three orders (decreasing size,
@@ -113,18 +121,27 @@ class WpkArena(ModulePass):
     granularity: str = field(
         default="auto",
         metadata={"help": "tile: recycle activation bytes word by word, after the last phase whose tasks touch "
-                          "them; op: recycle whole buffers after their last reading phase; auto: tile up to "
-                          "max-tile-words, else op"},
+                          "them; op: recycle whole buffers after their last reading phase; none: recycle nothing; "
+                          "auto: none up to max-dedicated-bytes, else tile up to max-tile-words, else op"},
     )
     max_tile_words: int = field(
         default=1 << 26,
         metadata={"help": "auto: the most activation words of one session that tile liveness tracks"},
     )
+    max_dedicated_bytes: int = field(
+        default=0,
+        metadata={"help": "auto: none (nothing recycled) while the cohort's activations, each in bytes of its "
+                          "own, total at most this many bytes"},
+    )
 
-    def _granularity(self, words: int) -> tuple[str, str]:
-        """The granularity to run and, when auto chose it, why."""
+    def _granularity(self, words: int, dedicated: int) -> tuple[str, str]:
+        """The granularity to run and, when auto chose it, why (``words``: one session's activation words;
+        ``dedicated``: the cohort's activation bytes, nothing recycled)."""
         if self.granularity != "auto":
             return self.granularity, ""
+        if dedicated <= self.max_dedicated_bytes:
+            return "none", (f"auto: {dedicated:,} activation bytes unrecycled, within max-dedicated-bytes "
+                            f"{self.max_dedicated_bytes:,}")
         within = words <= self.max_tile_words
         return ("tile" if within else "op"), (
             f"auto: {words:,} activation words a session, {'within' if within else 'over'} max-tile-words "
@@ -137,8 +154,11 @@ class WpkArena(ModulePass):
             raise PassFailedException("wpk-arena: the module has no wave.cohort attribute; run wave-cohort first")
         if self.max_tile_words < 0:
             raise PassFailedException(f"wpk-arena: max-tile-words must be >= 0, got {self.max_tile_words}")
-        if self.granularity not in (*GRANULARITIES, "auto"):
-            raise PassFailedException(f"wpk-arena: granularity must be op, tile or auto, got {self.granularity!r}")
+        if self.max_dedicated_bytes < 0:
+            raise PassFailedException(f"wpk-arena: max-dedicated-bytes must be >= 0, got {self.max_dedicated_bytes}")
+        if self.granularity not in ("none", *GRANULARITIES, "auto"):
+            raise PassFailedException(
+                f"wpk-arena: granularity must be none, op, tile or auto, got {self.granularity!r}")
         phases = phases_of(op)
         if any(t.worker is not None for phase in phases for t in phase.tasks):
             raise PassFailedException(
@@ -157,15 +177,20 @@ class WpkArena(ModulePass):
         shared = {name: size for name, size in act.items() if name not in per_session}
         whole = op_segments({**per_session, **shared}, ranges)
         words = {name: buffers[name].nbytes // ELEM_BYTES for name in act}
-        granularity, why = self._granularity(sum(words.values()))
+        dedicated = sum(per_session.values()) * n + sum(shared.values())
+        granularity, why = self._granularity(sum(words.values()), dedicated)
         candidates = [whole]  # op granularity: whole buffers
+        if granularity == "none":  # every buffer live all beat: first-fit packs them one after another
+            candidates = [{name: [(0, size, 0, len(phases))] for name, size in {**per_session, **shared}.items()}]
         if granularity == "tile":
             exact = tile_segments(phases, words)
             padded = padded_tails(exact, {name: (buffers[name].nbytes, align(buffers[name].nbytes)) for name in act})
             # Word liveness places best; with the alignment padding live too, or whole buffers, the same
             # orders sometimes place better still: all are safe, the smallest wins (never worse than op).
             candidates = [exact, padded, whole]
-        bound = candidates[0]  # at tile granularity the words alone: a segment may sit in another's padding
+        # At tile granularity the words alone (a segment may sit in another's padding); unrecycled, what op
+        # granularity's recycling would reach.
+        bound = whole if granularity == "none" else candidates[0]
         offsets = place(candidates, per_session)
         region = align(max((offsets[m] + per_session[m] for m in per_session), default=0))
         for name, off in place(candidates, shared).items():

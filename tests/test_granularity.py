@@ -42,11 +42,18 @@ def coarse_profile(model):
                          pipeline=pipeline("{max-tile-words=1}", " max-tile-words=1"))
 
 
-def test_small_program_gets_tile_granularity_and_a_proof(tile_profile):
+def test_small_program_gets_tile_dependencies_unrecycled_activations_and_a_proof(tile_profile):
     schedule = tile_profile.meta["schedule"]
-    assert (schedule["granularity"], schedule["arena_granularity"]) == ("tile", "tile")
+    assert (schedule["granularity"], schedule["arena_granularity"]) == ("tile", "none")
     assert "within max-tile-words 67,108,864" in schedule["granularity_why"]
+    assert "within max-dedicated-bytes 4,194,304" in schedule["arena_granularity_why"]
     assert schedule["verified"].startswith(f"verified: {len(tile_profile.payloads)} tasks")
+
+
+def test_activations_over_the_dedicated_budget_are_recycled_word_by_word(model, tile_profile):
+    recycled = model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline("{max-dedicated-bytes=1024}"))
+    assert recycled.meta["schedule"]["arena_granularity"] == "tile"
+    assert recycled.meta["arena_bytes"]["act"] < tile_profile.meta["arena_bytes"]["act"]
 
 
 def test_over_the_tile_budgets_a_barrier_per_phase_and_whole_buffers(coarse_profile):

@@ -288,8 +288,10 @@ def format_report(report: dict, top: int | None = None) -> str:
                          f"0.3 us where it has none)")
         if "granularity" in sc:
             why = lambda key: f" ({sc[key]})" if sc.get(key) else ""  # noqa: E731
+            arena = sc.get("arena_granularity", "tile")
+            recycled = "not recycled" if arena == "none" else f"recycled at {arena} granularity"
             lines.append(f"dependencies at {sc['granularity']} granularity{why('granularity_why')}, activations "
-                         f"recycled at {sc.get('arena_granularity', 'tile')} granularity{why('arena_granularity_why')}")
+                         f"{recycled}{why('arena_granularity_why')}")
         lines.append(f"wpk-verify: {sc.get('verified', 'not run')}")
     measured = report.get("measured")
     if measured:

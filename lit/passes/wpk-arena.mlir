@@ -1,9 +1,12 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena,wpk-schedule{workers=1},wpk-payload,wpk-verify' --verify-diagnostics | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{granularity=op},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{max-tile-words=255},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=1},wpk-arena{max-dedicated-bytes=4096},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=DEDICATED
 
 // A chain a -> b -> c -> d: `a` is dead once `b` is computed, so `c` reuses its bytes; the activation
-// arena peaks at two live buffers (the lower bound), not four.
+// arena peaks at two live buffers (the lower bound), not four. Within max-dedicated-bytes (the cohort's
+// 2,048 activation bytes, each buffer in bytes of its own) nothing is recycled: four offsets, and no
+// writer waits for the readers of bytes it would have reused.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @recycled_chain() {
     %x = wave.input "x" : tensor<2x64xf32>
@@ -20,6 +23,11 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OB:[0-9]+]] : i64}
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OA]] : i64}
 // CHECK-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 512 : i64, offset = [[OB]] : i64}
+// DEDICATED:       wpk.arena_granularity = "none", wpk.arena_granularity_why = "auto: 2,048 activation bytes unrecycled, within max-dedicated-bytes 4,096", wpk.arena_bytes = {weights = 0 : i64, state = 0 : i64, act = 2048 : i64, input = 512 : i64, output = 512 : i64}, wpk.act_lower_bound = 1024 : i64
+// DEDICATED:       wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 1024 : i64, offset = 0 : i64}
+// DEDICATED-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 1024 : i64, offset = 256 : i64}
+// DEDICATED-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 1024 : i64, offset = 512 : i64}
+// DEDICATED-NEXT:  wpk.buffer "t{{[0-9]+}}" {arena = "act", role = "act", bytes = 256 : i64, session_stride = 1024 : i64, offset = 768 : i64}
 
 // -----
 
