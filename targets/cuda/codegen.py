@@ -751,9 +751,10 @@ struct LaneGroups {
     per_session = t.elem_end - t.elem_begin;
     outputs = (session_blocks ? session_blocks : t.session_end - t.session_begin) * per_session;
     lanes = lanes_for(outputs, 32);
-    lane = threadIdx.x % lanes;
-    group = threadIdx.x / lanes;
-    groups = blockDim.x / lanes;
+    const unsigned shift = __ffs(lanes) - 1;  // lanes is a power of two: no division
+    lane = threadIdx.x & (lanes - 1);
+    group = threadIdx.x >> shift;
+    groups = blockDim.x >> shift;
   }
   __device__ __forceinline__ float combine(float v) const {
     for (unsigned off = lanes / 2; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off, lanes);
@@ -773,6 +774,8 @@ struct MatmulWords {
         b_strides(a_strides + rank + 1), K(shape[rank]) {}
   __device__ __forceinline__ const long long* prologue() const { return b_strides + rank + 1; }
 };
+
+constexpr int kMatmulLoads = 8;  // a lane's products loaded ahead of their FMAs (a multiple of 4)
 
 __device__ __noinline__ void matmul_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                             unsigned* out_epoch, unsigned beat) {
@@ -823,12 +826,15 @@ __device__ __noinline__ void matmul_body(const Payload& t, const long long* __re
       const long long step = g.lanes;
       long long k = g.lane;
       if (pro.n_code == 0) {
-        // Four independent products in flight per thread.
-        for (; k + 3 * step < K; k += 4 * step) {
-          acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
-          acc1 = fmaf(pa[(k + step) * ak], pb[(k + step) * bk], acc1);
-          acc2 = fmaf(pa[(k + 2 * step) * ak], pb[(k + 2 * step) * bk], acc2);
-          acc3 = fmaf(pa[(k + 3 * step) * ak], pb[(k + 3 * step) * bk], acc3);
+        // kMatmulLoads products' loads in flight per thread: each round of them is a memory round trip.
+        for (; k + (kMatmulLoads - 1) * step < K; k += kMatmulLoads * step) {
+#pragma unroll
+          for (int u = 0; u < kMatmulLoads; u += 4) {
+            acc0 = fmaf(pa[(k + u * step) * ak], pb[(k + u * step) * bk], acc0);
+            acc1 = fmaf(pa[(k + (u + 1) * step) * ak], pb[(k + (u + 1) * step) * bk], acc1);
+            acc2 = fmaf(pa[(k + (u + 2) * step) * ak], pb[(k + (u + 2) * step) * bk], acc2);
+            acc3 = fmaf(pa[(k + (u + 3) * step) * ak], pb[(k + (u + 3) * step) * bk], acc3);
+          }
         }
         for (; k < K; k += step) acc0 = fmaf(pa[k * ak], pb[k * bk], acc0);
       } else {
@@ -1844,6 +1850,44 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 // us; a per-count variant and a predicated one measured slower).
 constexpr int kConvSessions = 4;
 constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D convs)
+constexpr int kConvUnrollOne = 8;  // the same for a group of one session (two loads a tap, not five)
+
+// One lane's share of a 1-D CONV output's taps (the reduction over j = (channel c, tap k) flattened, a
+// lane taking j = lane, lane + lanes, ...), for kRows sessions whose x rows are xs floats apart (rows past
+// `ns` read row 0's, in bounds and not stored). (c, k) advance without a division: a step of `lanes` taps
+// is dc channels and dk taps. kUnroll taps' loads are issued before their FMAs (a lane's taps are otherwise
+// one dependent memory round trip each, which is a small cohort's whole beat); taps past the end are
+// predicated off, so the last round is one round too. Offsets within a session's input are 32-bit (the
+// payload's element range is). The loop is issue-bound, not memory-bound: a group of one session loaded
+// four rows (kConvSessions) of the same x, 250 instructions a round of 16 FMAs (nvdisasm), ~1,200 cycles a
+// round (clock64 probes of one-session Silero; bench/RESULTS.md seventeenth run).
+template <int kRows, int kUnroll>
+__device__ __forceinline__ void conv1d_taps(float (&acc)[kConvSessions], const float* __restrict__ px, long long xs,
+                                            const float* __restrict__ pw, unsigned ns, unsigned lane,
+                                            unsigned lanes, unsigned taps, unsigned K, int L, int origin, int dil) {
+  unsigned j = lane, c = j / K, k = j % K;
+  const unsigned dc = lanes / K, dk = lanes % K;
+  const float* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rows[r] = px + (r < (int)ns ? r : 0) * xs;
+  for (; j < taps; j += kUnroll * lanes) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int pos = origin + (int)k * dil;
+      const bool inside = j + u * lanes < taps && pos >= 0 && pos < L;
+      const int at = (int)(c * (unsigned)L) + pos;
+      const float wv = inside ? pw[j + u * lanes] : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = fmaf(inside ? rows[r][at] : 0.0f, wv, acc[r]);
+      k += dk;
+      c += dc;
+      if (k >= K) {
+        k -= K;
+        ++c;
+      }
+    }
+  }
+}
 
 // The tiled CONV: a 1-D, ungrouped, single-image CONV whose weights the cohort shares, over a tile of whole
 // channels, as a GEMM (tiled_gemm): rows m = (session, t), columns the tile's channels, k = (input channel,
@@ -1989,34 +2033,13 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
       const long long xs = (long long)(x.sstride / sizeof(float));
       const float* pw = w.at(s0, (long long)o * cg * k_total);
       if (nsp == 1) {
-        // 1-D (every streaming audio conv): walk (channel, tap) incrementally, no division per tap;
-        // consecutive lanes read consecutive weights.
-        const unsigned K = (unsigned)k_total, L = (unsigned)in_sp[0];
-        const long long dil = dilation[0];
-        unsigned j = g.lane, c = j / K, k = j % K;
-        // A lane's step of g.lanes taps is dc channels and dk taps: (c, k) advance without a division.
-        const unsigned dc = g.lanes / K, dk = g.lanes % K;
-        // kConvUnroll taps' loads are issued before their FMAs: a lane's taps are otherwise one dependent
-        // memory round trip each, which is a small cohort's whole beat. Taps past the end are predicated off,
-        // so the last round is one round too.
-        for (; j < taps; j += kConvUnroll * g.lanes) {
-#pragma unroll
-          for (int u = 0; u < kConvUnroll; ++u) {
-            const long long pos = origin[0] + (long long)k * dil;
-            const bool inside = j + u * g.lanes < taps && pos >= 0 && pos < (long long)L;
-            const long long at = (long long)c * L + pos;
-            const float wv = inside ? pw[j + u * g.lanes] : 0.0f;
-#pragma unroll
-            for (int r = 0; r < kConvSessions; ++r)
-              acc[r] = fmaf(inside ? px[(r < (int)ns ? r : 0) * xs + at] : 0.0f, wv, acc[r]);
-            k += dk;
-            c += dc;
-            if (k >= K) {
-              k -= K;
-              ++c;
-            }
-          }
-        }
+        // 1-D (every streaming audio conv); consecutive lanes read consecutive weights.
+        const int L = (int)in_sp[0], origin0 = (int)origin[0], dil = (int)dilation[0];
+        if (tile_block == 1)
+          conv1d_taps<1, kConvUnrollOne>(acc, px, xs, pw, ns, g.lane, g.lanes, taps, (unsigned)k_total, L, origin0, dil);
+        else
+          conv1d_taps<kConvSessions, kConvUnroll>(acc, px, xs, pw, ns, g.lane, g.lanes, taps, (unsigned)k_total, L,
+                                                  origin0, dil);
       } else {
         for (unsigned j = g.lane; j < taps; j += g.lanes) {
           const long long at = conv_tap_offset(j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
