@@ -1851,6 +1851,7 @@ constexpr int kMaxConvSpatial = 3;  // conv bodies keep one output's input origi
 constexpr int kConvSessions = 4;
 constexpr int kConvUnroll = 4;  // taps a lane loads ahead of their FMAs (1-D convs)
 constexpr int kConvUnrollOne = 8;  // the same for a group of one session (two loads a tap, not five)
+constexpr bool kConvChannelWalk = true;  // short kernels walk channels (conv1d_channels), else conv1d_taps
 
 // One lane's share of a 1-D CONV output's taps (the reduction over j = (channel c, tap k) flattened, a
 // lane taking j = lane, lane + lanes, ...), for kRows sessions whose x rows are xs floats apart (rows past
@@ -1886,6 +1887,61 @@ __device__ __forceinline__ void conv1d_taps(float (&acc)[kConvSessions], const f
         ++c;
       }
     }
+  }
+}
+
+// A lane's share of a 1-D CONV output whose kernel has kK taps (2 to kConvShortTaps) at unit dilation:
+// channels c = lane, lane + lanes, ... with all kK taps each. A tap's input position, and whether it lies
+// inside the input, are the same for every channel, so they are computed once, not per tap as in
+// conv1d_taps; a channel is kK contiguous weights and, per session row, kK contiguous inputs, loaded at
+// immediate offsets from one address each. Silero's encoder convs (kK = 3) at 64 sessions: conv1d_taps spent
+// ~17,800 cycles a task on 387 taps, 13 instructions an FMA (clock64 probes, nvdisasm; bench/RESULTS.md
+// seventeenth run). About 32 loads are in flight a round.
+constexpr int kConvShortTaps = 7;
+template <int kRows, int kK>
+__device__ __forceinline__ void conv1d_channels(float (&acc)[kConvSessions], const float* __restrict__ px,
+                                                long long xs, const float* __restrict__ pw, unsigned ns,
+                                                unsigned lane, unsigned lanes, unsigned channels, int L, int origin) {
+  constexpr int kUnroll = 32 / (kK * (kRows + 1)) > 1 ? 32 / (kK * (kRows + 1)) : 1;
+  bool inside[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) inside[k] = origin + k >= 0 && origin + k < L;
+  const float* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rows[r] = px + (r < (int)ns ? r : 0) * xs + origin;
+  for (unsigned c = lane; c < channels; c += kUnroll * lanes) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      // A load whose tap lies outside the input or whose channel is past the last is predicated off: its
+      // address is never dereferenced, so none is clamped.
+      const unsigned cu = c + u * lanes;
+      const bool live = cu < channels;
+      const float* w = pw + cu * kK;
+      const unsigned at = cu * (unsigned)L;
+      float wv[kK];
+#pragma unroll
+      for (int k = 0; k < kK; ++k) wv[k] = live && inside[k] ? w[k] : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float* x = rows[r] + at;
+#pragma unroll
+        for (int k = 0; k < kK; ++k) acc[r] = fmaf(live && inside[k] ? x[k] : 0.0f, wv[k], acc[r]);
+      }
+    }
+  }
+}
+
+// conv1d_channels for a kernel of K taps when 2 <= K <= kConvShortTaps (returns false otherwise).
+template <int kRows, int kK = 2>
+__device__ __forceinline__ bool conv1d_short(float (&acc)[kConvSessions], const float* __restrict__ px, long long xs,
+                                             const float* __restrict__ pw, unsigned ns, unsigned lane, unsigned lanes,
+                                             unsigned channels, unsigned K, int L, int origin) {
+  if constexpr (kK > kConvShortTaps) {
+    return false;
+  } else {
+    if (K != kK) return conv1d_short<kRows, kK + 1>(acc, px, xs, pw, ns, lane, lanes, channels, K, L, origin);
+    conv1d_channels<kRows, kK>(acc, px, xs, pw, ns, lane, lanes, channels, L, origin);
+    return true;
   }
 }
 
@@ -2035,11 +2091,16 @@ __device__ __noinline__ void conv_body(const Payload& t, const long long* __rest
       if (nsp == 1) {
         // 1-D (every streaming audio conv); consecutive lanes read consecutive weights.
         const int L = (int)in_sp[0], origin0 = (int)origin[0], dil = (int)dilation[0];
-        if (tile_block == 1)
-          conv1d_taps<1, kConvUnrollOne>(acc, px, xs, pw, ns, g.lane, g.lanes, taps, (unsigned)k_total, L, origin0, dil);
-        else
-          conv1d_taps<kConvSessions, kConvUnroll>(acc, px, xs, pw, ns, g.lane, g.lanes, taps, (unsigned)k_total, L,
-                                                  origin0, dil);
+        // A short kernel at unit dilation walks channels when there are enough to give every lane one
+        // (kConvChannelWalk).
+        const bool by_channel = kConvChannelWalk && dil == 1 && cg >= g.lanes;
+        if (tile_block == 1) {
+          if (!by_channel || !conv1d_short<1>(acc, px, xs, pw, ns, g.lane, g.lanes, cg, k_total, L, origin0))
+            conv1d_taps<1, kConvUnrollOne>(acc, px, xs, pw, ns, g.lane, g.lanes, taps, k_total, L, origin0, dil);
+        } else if (!by_channel ||
+                   !conv1d_short<kConvSessions>(acc, px, xs, pw, ns, g.lane, g.lanes, cg, k_total, L, origin0)) {
+          conv1d_taps<kConvSessions, kConvUnroll>(acc, px, xs, pw, ns, g.lane, g.lanes, taps, k_total, L, origin0, dil);
+        }
       } else {
         for (unsigned j = g.lane; j < taps; j += g.lanes) {
           const long long at = conv_tap_offset(j, (unsigned)k_total, nsp, in_sp, kernel, dilation, origin, in_total);
