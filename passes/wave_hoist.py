@@ -20,7 +20,9 @@ bench/RESULTS.md fifteenth run), hoisted against not, was 77.7 against 84.8 us a
 against 145.3 at 16, but 158.0 against 150.1 at 64 and 333.5 against 309.1 at 256: there the hoisted matmul's
 tasks share workers with the chain's, and wpk-schedule's cost model, which charges such a tile under half of
 its measured 17 us, orders them ahead of the chain's tasks. Before wave-cohort (a module of one session) it
-always hoists.
+always hoists. The default pipeline sets `max-sessions` to 64: with wpk-schedule's insertion policy (its
+`insertion-max-sessions`), which puts the hoisted matmul's tiles into the chain's idle stretches, Silero at
+64 sessions went from 89.7 to 82.7 us p50, but at 256 from 174.7 to 244.6 (bench/RESULTS.md seventeenth run).
 """
 
 from __future__ import annotations

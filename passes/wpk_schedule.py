@@ -33,8 +33,10 @@ target's measured fixed cost of a task of its opcode (wavec.hw.task_overhead_us:
 MATMUL or CONV task takes microseconds whatever its work, so a short chain placed behind one costs more than a
 handoff); a wait that crosses workers adds ``handoff-us``. Ready
 tasks are taken by critical-path priority (longest cost path to the end of the beat) and placed on the
-worker where they can start earliest; a worker runs its tasks in the order they were placed, which is
-their start-time order, and every wait points at tasks placed before, so the program cannot deadlock.
+worker where they can start earliest (in a cohort of at most `insertion-max-sessions`, into an idle
+stretch ahead of that worker's later tasks where one holds them: HEFT's insertion policy); a worker runs its
+tasks in start-time order, and every wait points at tasks that finish before its task starts, so the program
+cannot deadlock.
 At phase granularity the phases run one after another, so each phase's tasks simply go longest first to
 the worker free earliest (LPT), with no priorities over a wait graph.
 
@@ -57,7 +59,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from wavec.analysis.cost import flops_per_element
 from wavec.analysis.task_parts import TaskParts
-from wavec.dialects import wpk
+from wavec.dialects import wave, wpk
 from wavec.opcodes import ELEM_BYTES, OUT, footprint, footprint_size
 from wavec.payload import BEAT_DONE_COUNTER, MAX_WAITS
 from wavec.progress import current as current_progress
@@ -278,6 +280,11 @@ class WpkSchedule(ModulePass):
         default=1 << 26,
         metadata={"help": "auto: the most tracked words (summed over tasks) whose dependencies tile derives"},
     )
+    insertion_max_sessions: int = field(
+        default=0,
+        metadata={"help": "largest cohort whose tasks may go into a worker's idle stretch ahead of its later "
+                          "tasks (HEFT's insertion policy; 0: never)"},
+    )
 
     def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> tuple[str, str]:
         """The granularity to run and, when auto chose it, why; fills every task's counts (FLOPs, bytes,
@@ -349,6 +356,9 @@ class WpkSchedule(ModulePass):
             raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
         if self.max_tile_words < 0:
             raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
+        if self.insertion_max_sessions < 0:
+            raise PassFailedException(
+                f"wpk-schedule: insertion-max-sessions must be >= 0 (0: never), got {self.insertion_max_sessions}")
         if not 1 <= self.workers <= 0x10000:
             raise PassFailedException(f"wpk-schedule: workers must be in [1, 65536] (a payload's worker is a u16), got {self.workers}")
         for option, value, zero in (("peak-flops", self.peak_flops, "the target's"),
@@ -453,8 +463,9 @@ class WpkSchedule(ModulePass):
         if granularity == "phase":
             worker_of, position, finish, busy, critical = _barrier_list_schedule(tasks, phases, self.workers, handoff)
         else:
+            insertion = (wave.cohort_size(op) or 1) <= self.insertion_max_sessions
             worker_of, position, finish, busy, critical = _list_schedule(
-                tasks, counters, phase_counter, self.workers, handoff)
+                tasks, counters, phase_counter, self.workers, handoff, insertion)
 
         # ---- allocate counter numbers: group counters always (a task must signal), phase ones if waited
         waited = {c for t in tasks for c in t.waits}
@@ -506,7 +517,7 @@ class WpkSchedule(ModulePass):
 
 
 def _list_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: dict[int, int], workers: int,
-                   handoff: float):
+                   handoff: float, insertion: bool):
     """granularity=tile: ready tasks by critical-path priority onto the worker where they start earliest
     (the module docstring), then the waits the worker order implies dropped. Returns (worker_of, position,
     finish, busy, critical path)."""
@@ -541,10 +552,11 @@ def _list_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: 
     heapq.heapify(ready)
     free = np.zeros(workers)
     busy = np.zeros(workers)
+    start_of = [0.0] * len(tasks)
     finish = [0.0] * len(tasks)
     worker_of = [0] * len(tasks)
     lists: list[list[int]] = [[] for _ in range(workers)]
-    sequence = []
+    gaps = _Gaps(min((t.cost for t in tasks), default=0.0) if insertion else float("inf"))
     while ready:
         _, i = heapq.heappop(ready)
         t = tasks[i]
@@ -558,12 +570,19 @@ def _list_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: 
         best = float(start.min())
         fits = np.flatnonzero(start == best)
         w = int(fits[np.argmax(free[fits])])  # among the earliest, the one idle the least
+        gap = gaps.earliest(at, t.cost, best)
+        if gap is not None:  # an idle stretch before a worker's later tasks fits it
+            w, best = gap
+            lists[w].insert(gaps.take(w, best, t.cost, start_of, lists[w]), i)
+        else:
+            if best > free[w]:
+                gaps.add(w, float(free[w]), best)
+            free[w] = best + t.cost
+            lists[w].append(i)
+        start_of[i] = best
         finish[i] = best + t.cost
-        free[w] = finish[i]
         busy[w] += t.cost
         worker_of[i] = w
-        lists[w].append(i)
-        sequence.append(i)
         for c in signals_of[i]:
             if c not in remaining:
                 continue
@@ -575,16 +594,69 @@ def _list_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: 
                     blocked[j] -= 1
                     if blocked[j] == 0:
                         heapq.heappush(ready, (-bottom[j], j))
-    if len(sequence) != len(tasks):  # cannot happen: every wait points at an earlier phase
+    if sum(map(len, lists)) != len(tasks):  # cannot happen: every wait points at an earlier phase
         raise PassFailedException("wpk-schedule: internal error: the dependency graph has a cycle")
 
-    # ---- drop waits the worker order already implies
+    # ---- drop waits the worker order already implies, in start order: a task's producers finish before it
+    # starts and its worker's earlier tasks start before it, so every task comes after all it follows
+    sequence = sorted(range(len(tasks)), key=lambda i: (start_of[i], finish[i]))
     position = [0] * len(tasks)
     for w, rows in enumerate(lists):
         for k, i in enumerate(rows):
             position[i] = k
     _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, workers)
     return worker_of, position, finish, busy, critical
+
+
+class _Gaps:
+    """The idle stretches a list schedule leaves on its workers (a task placed later than its worker's last
+    one finished), for the insertion policy of HEFT (Topcuoglu, Hariri and Wu, IEEE TPDS 13(3), 2002): a
+    task that fits one, after its inputs are ready, goes there, ahead of that worker's later tasks, instead
+    of after them. Without it a task of low priority whose inputs are ready at the beat's start (a session's
+    state reset) went behind the whole convolution chain of the worker it landed on, and the LSTM matmul that
+    reads it waited there. Stretches shorter than the cheapest task are never kept (none at all when
+    ``shortest`` is infinite: the policy off).
+
+    It trusts the cost model: a task whose real cost exceeds its stretch delays the worker's later tasks.
+    Silero's beat p50 (H200, the same run, bench/RESULTS.md seventeenth run), without against with: 92.1 against
+    89.7 us at 64 sessions (82.7 with wave-hoist), but 161.6 against 174.7 at 256, where the model charges the
+    LSTM's matmul tiles ~6 us and they take ~23; so wpk-schedule's `insertion-max-sessions` (64 in the default
+    pipeline) bounds the cohorts it runs for."""
+
+    def __init__(self, shortest: float):
+        self.shortest = shortest
+        self.worker = np.zeros(0, np.int64)
+        self.begin = np.zeros(0)
+        self.end = np.zeros(0)
+
+    def add(self, w: int, begin: float, end: float) -> None:
+        if end - begin >= self.shortest and end > begin:
+            self.worker = np.append(self.worker, w)
+            self.begin = np.append(self.begin, begin)
+            self.end = np.append(self.end, end)
+
+    def earliest(self, ready: np.ndarray, cost: float, before: float) -> tuple[int, float] | None:
+        """(worker, start) of the earliest stretch that holds ``cost`` after ``ready[worker]`` and starts
+        strictly before ``before`` (the best start at a worker's end), or None."""
+        if not len(self.worker):
+            return None
+        start = np.maximum(self.begin, ready[self.worker])
+        ok = np.flatnonzero((start + cost <= self.end) & (start < before))
+        if not len(ok):
+            return None
+        k = ok[np.argmin(start[ok])]
+        return int(self.worker[k]), float(start[k])
+
+    def take(self, w: int, start: float, cost: float, start_of: list[float], tasks_of_w: list[int]) -> int:
+        """Fills [start, start + cost) of worker w's stretch that holds it, keeping what is left on either side;
+        returns the list position the task takes (before w's first task that starts later)."""
+        k = int(np.flatnonzero((self.worker == w) & (self.begin <= start) & (start + cost <= self.end))[0])
+        begin, end = float(self.begin[k]), float(self.end[k])
+        keep = np.arange(len(self.worker)) != k
+        self.worker, self.begin, self.end = self.worker[keep], self.begin[keep], self.end[keep]
+        self.add(w, begin, start)
+        self.add(w, start + cost, end)
+        return next((n for n, j in enumerate(tasks_of_w) if start_of[j] > start), len(tasks_of_w))
 
 
 def _barrier_list_schedule(tasks: list[_Task], phases: list[list[int]], workers: int, handoff: float):

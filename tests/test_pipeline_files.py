@@ -19,11 +19,11 @@ SILERO = ["--bind", "sr=16000", "--frame", "input=576", "--state", "state=stateN
 
 def test_default_pipeline_comes_from_the_packaged_file():
     assert default_pipeline(64, 132) == (
-        "wave-expand-pow,wave-fuse,wave-cohort{sessions=64},wave-hoist,wave-to-wpk{workers=132},"
+        "wave-expand-pow,wave-fuse,wave-cohort{sessions=64},wave-hoist{max-sessions=64},wave-to-wpk{workers=132},"
         "wpk-arena{max-dedicated-bytes=4194304},"
-        "wpk-schedule{workers=132 hw=h200},wpk-payload,wpk-verify"
+        "wpk-schedule{workers=132 hw=h200 insertion-max-sessions=64},wpk-payload,wpk-verify"
     )
-    assert 'wpk-schedule{workers=8 hw="targets/my gpu.yaml"}' in default_pipeline(1, 8, "targets/my gpu.yaml")
+    assert 'wpk-schedule{workers=8 hw="targets/my gpu.yaml" ' in default_pipeline(1, 8, "targets/my gpu.yaml")
 
 
 def test_yaml_options_and_variables():

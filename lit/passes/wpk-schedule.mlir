@@ -2,6 +2,8 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-arena,wpk-schedule{workers=4},wpk-payload,wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s --check-prefix=RESCHEDULE
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0}' --verify-diagnostics | filecheck %s --check-prefix=APPEND
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 insertion-max-sessions=1}' --verify-diagnostics | filecheck %s --check-prefix=INSERT
 
 // Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
 // session's copy reads only that session's relu tile and runs right after it on the same worker: the
@@ -76,3 +78,33 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 }
 // PHASE-LABEL: wpk.phase "output_z"
 // PHASE-NEXT:    wpk.tasks "ewise" {{.*}}sessions = array<i64: 0, 1, 1, 2>{{.*}}n_waits = array<i64: 1, 1>, waits = array<i64: 1, 2, 1, 2>
+
+// -----
+
+// The insertion policy (insertion-max-sessions, HEFT's): the state reset is ready at the beat's start but
+// has the lowest priority, so list scheduling takes it last. Appended, it runs after the exp on each worker
+// (order 2); inserted, it fills the idle stretch each worker spends waiting for the other's matmul tile (a
+// 5 us handoff here) and runs before the exp (order 1): the modeled beat drops from 24.8 to 23.6 us.
+builtin.module attributes {wave.cohort = 1 : i64} {
+  func.func @reset_in_a_gap() {
+    %s = wave.state "s" : tensor<1x1x8xf32>
+    %x = wave.input "x" : tensor<1x1x8xf32>
+    %w = wave.weight "w" : tensor<8x64xf32>
+    %m = wave.matmul %x, %w : (tensor<1x1x8xf32>, tensor<8x64xf32>) -> tensor<1x1x64xf32>
+    %e = wave.ewise "exp(%0)"(%m) : (tensor<1x1x64xf32>) -> tensor<1x1x64xf32>
+    %r = wave.ewise "cos(%0)"(%s) : (tensor<1x1x8xf32>) -> tensor<1x1x8xf32>
+    wave.output "e", %e : tensor<1x1x64xf32>
+    wave.state_write "s", %r : tensor<1x1x8xf32>
+    func.return
+  }
+}
+// APPEND:      wpk.beat_us = 2.484300e+01
+// APPEND:      wpk.phase "reset_s"
+// APPEND-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 2, 2>
+// APPEND:      wpk.phase "ewise_4"
+// APPEND-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>
+// INSERT:      wpk.beat_us = 2.364100e+01
+// INSERT:      wpk.phase "reset_s"
+// INSERT-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>
+// INSERT:      wpk.phase "ewise_4"
+// INSERT-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 2, 2>
