@@ -139,7 +139,7 @@ class WpkArena(ModulePass):
         ``dedicated``: the cohort's activation bytes, nothing recycled)."""
         if self.granularity != "auto":
             return self.granularity, ""
-        if dedicated <= self.max_dedicated_bytes:
+        if self.max_dedicated_bytes > 0 and dedicated <= self.max_dedicated_bytes:
             return "none", (f"auto: {dedicated:,} activation bytes unrecycled, within max-dedicated-bytes "
                             f"{self.max_dedicated_bytes:,}")
         within = words <= self.max_tile_words

@@ -641,7 +641,8 @@ class _Gaps:
         if not len(self.worker):
             return None
         start = np.maximum(self.begin, ready[self.worker])
-        ok = np.flatnonzero((start + cost <= self.end) & (start < before))
+        # start < end: a task of no cost at a stretch's very end would land after the task that ends it
+        ok = np.flatnonzero((start + cost <= self.end) & (start < self.end) & (start < before))
         if not len(ok):
             return None
         k = ok[np.argmin(start[ok])]
