@@ -943,6 +943,7 @@ def test_a_shipped_pipeline_is_found_by_name_from_any_directory(tmp_path, monkey
 
 @pytest.mark.parametrize("argv, message", [
     (["-p", "{default}", "--pipeline-var", "bogus=3"], "has no variable ${bogus}"),
+    (["-p", "default.yaml", "--pipeline-var", "session=64"], "default.yaml has no variable ${session}"),  # shipped, by name
     (["-p", "{default}", "--pipeline-var", "sessions"], "expected NAME=VALUE"),
     (["-p", "wave-fuse", "--pipeline-var", "sessions=3"], "applies to a YAML pipeline"),
     (["-p", "wave-fuse", "--print-ir-after", "wave-cohort"], "not a pass of this pipeline (wave-fuse)"),

@@ -100,6 +100,13 @@ def test_spec_strings_pass_through():
     assert pipeline_spec("wave-fuse,wave-cohort{sessions=2}") == "wave-fuse,wave-cohort{sessions=2}"
 
 
+def test_a_variable_in_a_spec_string_is_refused_by_name():
+    """Only a YAML pipeline fills in ``${name}``; a spec string holding one is refused in one line instead of
+    reaching xDSL's lexer ("Unknown token")."""
+    with pytest.raises(WavecError, match=r"\$\{sessions\} is a variable of YAML pipelines"):
+        pipeline_spec("wave-cohort{sessions=${sessions}},wave-to-wpk")
+
+
 def test_a_custom_pipeline_schedules_for_the_compile_target():
     """--hw fills in wpk-schedule's target where a --pipeline names none, and a different one is refused."""
     from wavec.driver import check_pipeline_agrees, with_schedule_target

@@ -188,10 +188,9 @@ def _pipeline_variables(pairs: list[str], source: str, from_file: bool) -> dict[
         raise WavecError(f"--pipeline-var applies to a YAML pipeline (-p FILE.yaml), not to -p {source!r}")
     text = ""
     if pairs:
-        from pathlib import Path
+        from wavec.pipeline import pipeline_text
 
-        path = Path(source)
-        text = path.read_text() if path.is_file() else ""
+        text, _ = pipeline_text(source)
     variables = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")

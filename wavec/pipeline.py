@@ -75,17 +75,27 @@ def spec_from_yaml(text: str, variables: dict | None = None, where: str = "pipel
     return ",".join(_pass_spec(entry, values, where) for entry in data["passes"])
 
 
-def pipeline_spec(source: str, variables: dict | None = None) -> str:
-    """`source` is a spec string (returned as is) or a YAML pipeline file: a path, else the name of one wavec
-    ships (wavec/pipelines/, e.g. ``default.yaml``, so the README's commands work from any directory). Raises
+def pipeline_text(source: str) -> tuple[str, str]:
+    """The text of YAML pipeline ``source`` and where it came from: a path, else the name of one wavec ships
+    (wavec/pipelines/, e.g. ``default.yaml``, so the README's commands work from any directory). Raises
     WavecError when it is neither."""
-    if not is_pipeline_file(source):
-        return source
     path = Path(source)
     if path.is_file():
-        return spec_from_yaml(path.read_text(), variables, where=str(path))
+        return path.read_text(), str(path)
     shipped = resources.files("wavec") / "pipelines" / path.name
     if shipped.is_file():
-        return spec_from_yaml(shipped.read_text(), variables, where=f"wavec/pipelines/{path.name}")
+        return shipped.read_text(), f"wavec/pipelines/{path.name}"
     names = ", ".join(sorted(p.name for p in (resources.files("wavec") / "pipelines").iterdir() if is_pipeline_file(p.name)))
     raise WavecError(f"--pipeline {source}: no such pipeline file, nor one wavec ships ({names})")
+
+
+def pipeline_spec(source: str, variables: dict | None = None) -> str:
+    """`source` is a spec string (returned as is) or a YAML pipeline file (pipeline_text). Raises WavecError
+    when it is neither, or when a spec string holds a ``${name}`` variable, which only a YAML pipeline fills in."""
+    if not is_pipeline_file(source):
+        if m := re.search(r"\$\{(\w+)\}", source):
+            raise WavecError(f"--pipeline {source!r}: ${{{m.group(1)}}} is a variable of YAML pipelines; in a spec "
+                             f"string write its value (e.g. wave-cohort{{sessions=64}}), or pass a .yaml file")
+        return source
+    text, where = pipeline_text(source)
+    return spec_from_yaml(text, variables, where=where)
