@@ -18,7 +18,7 @@ import yaml
 
 from wavec.errors import WavecError
 
-_VARIABLE = re.compile(r"^\$\{(\w+)\}$")
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
 
 
 def is_pipeline_file(source: str) -> bool:
@@ -30,7 +30,7 @@ def default_pipeline_text() -> str:
 
 
 def _option_value(value, variables: dict, where: str) -> str:
-    if isinstance(value, str) and (m := _VARIABLE.match(value)):
+    if isinstance(value, str) and (m := _VARIABLE.fullmatch(value)):
         if m.group(1) not in variables:
             raise WavecError(f"{where}: variable ${{{m.group(1)}}} has no value; set it (--pipeline-var {m.group(1)}=...)")
         value = variables[m.group(1)]
@@ -93,7 +93,7 @@ def pipeline_spec(source: str, variables: dict | None = None) -> str:
     """`source` is a spec string (returned as is) or a YAML pipeline file (pipeline_text). Raises WavecError
     when it is neither, or when a spec string holds a ``${name}`` variable, which only a YAML pipeline fills in."""
     if not is_pipeline_file(source):
-        if m := re.search(r"\$\{(\w+)\}", source):
+        if m := _VARIABLE.search(source):
             raise WavecError(f"--pipeline {source!r}: ${{{m.group(1)}}} is a variable of YAML pipelines; in a spec "
                              f"string write its value (e.g. wave-cohort{{sessions=64}}), or pass a .yaml file")
         return source
