@@ -84,7 +84,8 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // The insertion policy (insertion-max-sessions, HEFT's): the state reset is ready at the beat's start but
 // has the lowest priority, so list scheduling takes it last. Appended, it runs after the exp on each worker
 // (order 2); inserted, it fills the idle stretch each worker spends waiting for the other's matmul tile (a
-// 5 us handoff here) and runs before the exp (order 1): the modeled beat drops from 24.8 to 23.6 us.
+// 5 us handoff here) and runs before the exp (order 1); tests/test_schedule_insertion.py checks that the
+// modeled beat drops by the reset's own cost.
 builtin.module attributes {wave.cohort = 1 : i64} {
   func.func @reset_in_a_gap() {
     %s = wave.state "s" : tensor<1x1x8xf32>
@@ -98,12 +99,10 @@ builtin.module attributes {wave.cohort = 1 : i64} {
     func.return
   }
 }
-// APPEND:      wpk.beat_us = 2.484300e+01
 // APPEND:      wpk.phase "reset_s"
 // APPEND-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 2, 2>
 // APPEND:      wpk.phase "ewise_4"
 // APPEND-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>
-// INSERT:      wpk.beat_us = 2.364100e+01
 // INSERT:      wpk.phase "reset_s"
 // INSERT-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>
 // INSERT:      wpk.phase "ewise_4"
