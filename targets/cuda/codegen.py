@@ -2431,8 +2431,8 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
     for (int i = range.x; i < range.y; ++i) {
       // Task i's payload and parameters are in shared memory already (task_ring, param_ring: staged while the
       // tasks before it ran), so a worker goes from one task's release to the next one's wait without a memory
-      // round trip. Loaded there, the payload and then its parameters cost two: 1.0-1.25 us from a body's end
-      // to the next task's wait (traces of Silero at 1 to 256 sessions, bench/RESULTS.md seventeenth run).
+      // round trip. Loaded here instead, the payload and then its parameters cost two: 1.0-1.25 us from a body's
+      // end to the next task's wait (traces of Silero at 1 to 256 sessions, bench/RESULTS.md seventeenth run).
       const unsigned k = (unsigned)(i - range.x), j = beat * n_tasks + k;  // j mod 4 (the product may wrap)
       const Payload& task = task_ring[j % 4u];
       stage_payload(&task_ring[(j + 2u) % 4u], payloads, range.x + (k + 2u) % n_tasks);
