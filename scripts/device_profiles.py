@@ -11,7 +11,7 @@ Writes, under --out:
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights; 0: none);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
 - ``conv-NAME``: the 1-D convolutions of CONV_CASES (stride, padding, dilation, no bias, a residual epilogue,
-  tiles the tiled GEMM does not take beside those it does), at cohorts that cut them for the tiled GEMM
+  tiles the tiled GEMM does not take beside those it does, taps its copies move 16 bytes at a time), at cohorts that cut them for the tiled GEMM
   (wave-to-wpk's tiled_conv_split), for scripts/gpu_check.py to hold against the interpreter;
 - ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
 - ``duplexP-N``: with ``--duplex-sessions N ...``, duplex:P for N sessions, P the --duplex-preset (default 1b;
@@ -71,6 +71,7 @@ CONV_CASES = {
     "res": (1024, 64, 64, 4, 3, 1, 1, 1, True, True),
     "k1": (700, 128, 48, 2, 1, 1, 0, 1, True, True),
     "odd": (513, 29, 17, 11, 4, 2, 3, 2, True, False),
+    "frames": (520, 3, 70, 64, 8, 4, 4, 1, True, True),  # taps in pieces of 4: the tiled CONV's 16-byte copies
 }
 
 

@@ -276,7 +276,8 @@ MAX_SPILL_BYTES = {256: 12, 512: 400}
 NOT_INLINED = ("wavec_fill_weights", "wavec_persistent", "ewise_body", "matmul_body", "matmul_gemm_body",
                "stream_gemmILi1ELb0", "stream_gemmILi1ELb1", "stream_gemmILi4ELb0", "stream_gemmILi4ELb1",
                "mma_stream_gemmILb0", "mma_stream_gemmILb1", "column_gemm",
-               "conv_body", "conv_tiled_body", "reduce_body", "run_code", "Epilogue10apply_code",
+               "conv_body", "conv_tiled_body", "conv_tiledILi1", "conv_tiledILi4", "reduce_body", "run_code",
+               "Epilogue10apply_code", "Epilogue13evaluate_call",
                "strided_offset", *(f"tiled_matmulILb{along_k}ELi{vec}ELb{tf32}" for along_k in (0, 1)
                                    for vec, tf32 in ((4, 0), (4, 1), (1, 0))))
 

@@ -135,7 +135,8 @@ def test_call_arguments_follow_the_device_tir_order():
     meta = {"workers": 1, "sessions": 1, "n_counters": 1, "worker_tasks": [[0, 0]],
             "ewise_bodies": [{"expr": "sub(%1, %0)", "rank": 2, "n_inputs": 2, "phases": ["p (wave.ewise)"]}]}
     src = generate_kernel(meta)
-    call = src[src.index("      ewise_tvm_0(") : src.index("return true;")]
+    start = src.index("      ewise_tvm_0(")
+    call = src[start : src.index("return true;", start)]
     args = [a.strip() for a in call.removeprefix("      ewise_tvm_0(").rsplit(")", 1)[0].split(",\n")]
     want = {"in0": "in[0].at(t.session_begin, 0)", "in1": "in[1].at(t.session_begin, 0)", "begin": "(int)t.elem_begin",
             "dim1": "(int)shape[1]", "in1_stride0": "in_strides[2]", "out_stride1": "out_strides[1]",

@@ -596,37 +596,83 @@ struct Epilogue {
   __device__ __forceinline__ float apply(float acc, unsigned s, long long e, bool& error) const {
     return n_code == 0 ? acc : apply_code(acc, s, e, error);
   }
-  // A session's elements are counted in 32 bits (the payload's elem_begin / elem_end), so e's index along
-  // each dim is too: 64-bit division is a library call, once per dim and output.
   __device__ __noinline__ float apply_code(float acc, unsigned s, long long e, bool& error) const {
-    float vals[kMaxInputs] = {acc};
-    if (n_extra > kMaxInputs - 1 || first + n_extra > kMaxInputs) {
+    long long off[kMaxInputs - 1];
+    if (!offsets(e, off)) {
       error = true;
       return __int_as_float(0x7fffffff);
     }
-    if (n_extra > 0) {
-      long long off[kMaxInputs - 1] = {};
-      unsigned rem = (unsigned)e;
-      #pragma unroll 1
-      for (int d = rank - 1; d >= 0; --d) {
-        const unsigned dim = (unsigned)shape[d], i = rem % dim;
-        rem /= dim;
+    float v[kMaxInputs] = {acc, first_extra(s, off, 0, off)};  // i = 0: the element itself, whatever the step
+    other_extras(s, off, 0, off, v);
+    return evaluate(v, error);
+  }
+  // Each extra's offset at session element e: e's index along each dim times the extra's stride there. False
+  // when the words name more extras than the task has slots. A session's elements are counted in 32 bits (the
+  // payload's elem_begin / elem_end), so e's index along each dim is too: 64-bit division is a library call.
+  __device__ bool offsets(long long e, long long (&off)[kMaxInputs - 1]) const {
 #pragma unroll
-        for (int k = 0; k < kMaxInputs - 1; ++k)
-          if (k < n_extra) off[k] += (long long)i * strides[k * rank + d];
-      }
+    for (int k = 0; k < kMaxInputs - 1; ++k) off[k] = 0;
+    if (n_extra > kMaxInputs - 1 || first + n_extra > kMaxInputs) return false;
+    if (n_extra == 0) return true;
+    unsigned rem = (unsigned)e;
+    #pragma unroll 1
+    for (int d = rank - 1; d >= 0; --d) {
+      const unsigned dim = (unsigned)shape[d], i = rem % dim;
+      rem /= dim;
 #pragma unroll
       for (int k = 0; k < kMaxInputs - 1; ++k)
-        if (k < n_extra) vals[k + 1] = *extra[k].at(s, off[k]);
+        if (k < n_extra) off[k] += (long long)i * strides[k * rank + d];
     }
-    if (body >= 0) return generated_epilogue(body, vals, error);
-    // run_code reads its inputs through a pointer: a copy of its own keeps `vals` out of local memory (a call
+    return true;
+  }
+  // Each extra's stride along dim d of the output (0 past rank): the step from one output to the next along it.
+  __device__ void dim_strides(int d, long long (&step)[kMaxInputs - 1]) const {
+#pragma unroll
+    for (int k = 0; k < kMaxInputs - 1; ++k) step[k] = k < n_extra && d >= 0 && d < rank ? strides[k * rank + d] : 0;
+  }
+  // Extra 0's value for the output i steps (`step`, dim_strides') past the element whose offsets are `off`
+  // (offsets'); 0 without one. Loaded apart from the output's evaluation (finish), so that a tile loads all of
+  // its outputs' before it evaluates any and their round trips overlap: evaluated one by one, each output
+  // waited for its load. Only extra 0 (a bias, a residual: the epilogues' usual one), which keeps a thread's
+  // eight or sixteen outputs' values in registers; finish loads the others.
+  __device__ __forceinline__ float first_extra(unsigned s, const long long (&off)[kMaxInputs - 1], unsigned i,
+                                               const long long (&step)[kMaxInputs - 1]) const {
+    return n_code != 0 && n_extra > 0 ? *extra[0].at(s, off[0] + i * step[0]) : 0.0f;
+  }
+  __device__ __forceinline__ void other_extras(unsigned s, const long long (&off)[kMaxInputs - 1], unsigned i,
+                                               const long long (&step)[kMaxInputs - 1], float (&v)[kMaxInputs]) const {
+#pragma unroll
+    for (int k = 1; k < kMaxInputs - 1; ++k) v[k + 1] = k < n_extra ? *extra[k].at(s, off[k] + i * step[k]) : 0.0f;
+  }
+  // The stored value of that output, whose accumulated value is `acc` and extra 0's value `x0` (first_extra's);
+  // the identity inline, as apply's.
+  __device__ __forceinline__ float finish(float acc, float x0, unsigned s, const long long (&off)[kMaxInputs - 1],
+                                          unsigned i, const long long (&step)[kMaxInputs - 1], bool& error) const {
+    if (n_code == 0) return acc;
+    float v[kMaxInputs] = {acc, x0};
+    other_extras(s, off, i, step, v);
+    return evaluate_call(v[0], v[1], v[2], v[3], error);
+  }
+  // The values as arguments, not an array: an array passed by reference to a call lives in local memory.
+  __device__ __noinline__ float evaluate_call(float v0, float v1, float v2, float v3, bool& error) const {
+    static_assert(kMaxInputs == 4, "evaluate_call takes one argument per input slot");
+    const float v[kMaxInputs] = {v0, v1, v2, v3};
+    return evaluate(v, error);
+  }
+  __device__ __forceinline__ float evaluate(const float (&v)[kMaxInputs], bool& error) const {
+    if (body >= 0) return generated_epilogue(body, v, error);
+    // run_code reads its inputs through a pointer: a copy of its own keeps `v` out of local memory (a call
     // per output, whose stack stores and reloads were L2 round trips: bench/RESULTS.md sixteenth run).
     float in[kMaxInputs];
 #pragma unroll
-    for (int k = 0; k < kMaxInputs; ++k) in[k] = vals[k];
+    for (int k = 0; k < kMaxInputs; ++k) in[k] = v[k];
     return run_code(code, n_code, in, error);
   }
+};
+
+// An output's accumulated value (a CONV's bias added) and its epilogue's extra 0 (Epilogue::first_extra).
+struct EpilogueIn {
+  float acc, x0;
 };
 
 // A MATMUL prologue (wavec.opcodes.Prologue): words n_extra, strides[n_extra][rank + 1], n_code, code[n_code],
@@ -1064,7 +1110,8 @@ __device__ __forceinline__ void tg_products(const float* stage, unsigned wm, uns
 //   ops.start_rows(m0)                      this thread's A rows of the block at m0 (TgWalkA's rows);
 //   ops.a_source(i, k0), ops.b_source(i, n0, k0)  where this thread's copy i of A and of B of the chunk at k0
 //                                           reads (CopySource: the floats inside the operand, the rest 0);
-//   ops.row(m) -> Ops::Row, ops.store(row, n, sum, error)  the output, its bias and epilogue.
+//   ops.row(m, error) -> Ops::Row, ops.gather(row, n, sum) -> EpilogueIn, ops.put(row, n, in, error)  the
+//                                           output's bias and epilogue input loaded, then its value stored.
 // Ops::Block is the block's shape (TgBlock), Ops::kBAlongK which way B lies (TgWalkB, TgBlock::b_offset),
 // Ops::kVec the floats a copy; kBTf32, that B's values are TF32 numbers (tg_products). Chunks are copied
 // kTgStages - 1 ahead, so their loads' latency overlaps the products of the chunks before: a chunk of
@@ -1124,17 +1171,25 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
       }
       __syncthreads();  // the stages are free for the next block's copies, or the block's next task
       if (!computes) continue;  // a copying warp holds no outputs
-      // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8.
-      const typename Ops::Row upper = ops.row(m0 + wm + g), lower = ops.row(m0 + wm + g + 8);
+      // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8. Every output's epilogue
+      // inputs are loaded before any is evaluated, so that their round trips overlap.
+      const typename Ops::Row rows[2] = {ops.row(m0 + wm + g, error), ops.row(m0 + wm + g + 8, error)};
+      EpilogueIn in[2][2][2];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const unsigned n = n0 + wn + nt * 8 + 2 * q + c;
-          if (n >= N) continue;
-          ops.store(upper, n, acc[nt][c], error);
-          ops.store(lower, n, acc[nt][2 + c], error);
-        }
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            in[nt][c][h] = n0 + wn + nt * 8 + 2 * q + c < N ? ops.gather(rows[h], n0 + wn + nt * 8 + 2 * q + c, acc[nt][2 * h + c])
+                                                            : EpilogueIn{acc[nt][2 * h + c], 0.0f};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (n0 + wn + nt * 8 + 2 * q + c < N) ops.put(rows[h], n0 + wn + nt * 8 + 2 * q + c, in[nt][c][h], error);
     }
   }
 }
@@ -1148,6 +1203,7 @@ struct MatmulTile {
   struct Row {
     unsigned s;
     long long e, off;  // the row's first flat output element of the tile, and its offset in out
+    long long extra_off[kMaxInputs - 1];  // the epilogue's extras' offsets at e (Epilogue::offsets)
     bool valid;
   };
   int rank;
@@ -1163,11 +1219,19 @@ struct MatmulTile {
   OperandView b;
   const long long* b_strides;
 
-  __device__ __forceinline__ Row row(unsigned m) const {
-    if (m >= M) return Row{0, 0, 0, false};
-    const unsigned r = row0 + m % rows;
-    return Row{session_begin + m / rows, (long long)r * N + col0,
-               strided_offset(r * N, rank, shape, out_strides) + col0 * out_strides[rank - 1], true};
+  // Row m's outputs. The extras' offsets are computed once a row, not once an output (with the loads gathered
+  // ahead, Silero's LSTM matmuls at 16,384 sessions took 181 us a task, not 228: bench/RESULTS.md eighteenth
+  // run). An epilogue naming more extras than the task has slots sets `error`.
+  __device__ __forceinline__ Row row(unsigned m, const Epilogue& ep, bool& error) const {
+    Row r{};
+    if (m >= M) return r;
+    const unsigned i = row0 + m % rows;
+    r.s = session_begin + m / rows;
+    r.e = (long long)i * N + col0;
+    r.off = strided_offset(i * N, rank, shape, out_strides) + col0 * out_strides[rank - 1];
+    r.valid = true;
+    if (ep.n_code != 0 && !ep.offsets(r.e, r.extra_off)) error = true;
+    return r;
   }
   __device__ __forceinline__ const float* a_row(unsigned m) const {
     return a.at(session_begin + m / rows, strided_offset((row0 + m % rows) * N, rank, shape, a_strides));
@@ -1188,8 +1252,21 @@ struct MatmulTile {
     }
     return row;
   }
+  // Output (r, column n)'s epilogue inputs (`step`: the epilogue's dim_strides along the last dim), then its
+  // stored value: apart, so that a body loads all of a thread's outputs' inputs before it evaluates any.
+  __device__ __forceinline__ EpilogueIn gather(const Epilogue& ep, const Row& r, unsigned n, float sum,
+                                               const long long (&step)[kMaxInputs - 1]) const {
+    return {sum, r.valid ? ep.first_extra(r.s, r.extra_off, n, step) : 0.0f};
+  }
+  __device__ __forceinline__ void put(const Epilogue& ep, const Row& r, unsigned n, EpilogueIn in,
+                                      const long long (&step)[kMaxInputs - 1], bool& error) const {
+    if (r.valid)
+      *out.at(r.s, r.off + n * out_strides[rank - 1]) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
+  }
   __device__ __forceinline__ void store(const Epilogue& ep, const Row& r, unsigned n, float sum, bool& error) const {
-    if (r.valid) *out.at(r.s, r.off + n * out_strides[rank - 1]) = ep.apply(sum, r.s, r.e + n, error);
+    long long step[kMaxInputs - 1];
+    ep.dim_strides(rank - 1, step);
+    put(ep, r, n, gather(ep, r, n, sum, step), step, error);
   }
 };
 
@@ -1259,10 +1336,14 @@ struct MatmulTileOps {
   using WalkB = TgWalkB<W, kAlongK, Block>;
   const MatmulTile& tile;
   const Epilogue& ep;
+  long long step[kMaxInputs - 1];     // the extras' strides along the output's columns (Epilogue::dim_strides)
   const float* arow[WalkA::kCopies];  // this thread's A rows at k = 0 (row 0's past M, never read)
   unsigned rows_in;                   // bit i: A row i lies inside the tile
 
-  __device__ __forceinline__ Row row(unsigned m) const { return tile.row(m); }
+  __device__ MatmulTileOps(const MatmulTile& t, const Epilogue& e) : tile(t), ep(e), rows_in(0) {
+    ep.dim_strides(tile.rank - 1, step);
+  }
+  __device__ __forceinline__ Row row(unsigned m, bool& error) const { return tile.row(m, ep, error); }
   __device__ __forceinline__ void start_rows(unsigned m0) {
     rows_in = 0;
 #pragma unroll
@@ -1285,8 +1366,11 @@ struct MatmulTileOps {
       return {first + step * tile.bn, n_first + step < tile.n_cols ? floats_inside<W>(k_first, tile.K) : 0u};
     return {first + step * tile.bk, k_first + step < tile.K ? floats_inside<W>(n_first, tile.n_cols) : 0u};
   }
-  __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
-    tile.store(ep, r, n, sum, error);
+  __device__ __forceinline__ EpilogueIn gather(const Row& r, unsigned n, float sum) const {
+    return tile.gather(ep, r, n, sum, step);
+  }
+  __device__ __forceinline__ void put(const Row& r, unsigned n, EpilogueIn in, bool& error) const {
+    tile.put(ep, r, n, in, step, error);
   }
 };
 
@@ -1323,12 +1407,12 @@ template <bool kAlongK, int W, bool kBTf32>
 __device__ __noinline__ void tiled_matmul(const MatmulTile& tile, const Epilogue& ep, bool& error) {
   if constexpr (W == 4 && kTgTall) {
     if (tall_blocks_are_fewer(tile.M, tile.n_cols)) {
-      MatmulTileOps<TgTall, kAlongK, W> ops{tile, ep, {}, 0};
+      MatmulTileOps<TgTall, kAlongK, W> ops(tile, ep);
       tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
       return;
     }
   }
-  MatmulTileOps<TgWide, kAlongK, W> ops{tile, ep, {}, 0};
+  MatmulTileOps<TgWide, kAlongK, W> ops(tile, ep);
   tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
 }
 
@@ -1424,7 +1508,7 @@ __device__ __noinline__ void stream_gemm(const MatmulTile& tile, const Prologue&
     __syncthreads();  // the previous pass is done with arow and the staging
     if (threadIdx.x < rows) {
       arow[threadIdx.x] = tile.a_row(m0 + threadIdx.x);
-      orow[threadIdx.x] = tile.row(m0 + threadIdx.x);
+      orow[threadIdx.x] = tile.row(m0 + threadIdx.x, ep, error);
     }
     if (kPrologue && threadIdx.x < rows) prow[threadIdx.x] = tile.prologue_row(pro, m0 + threadIdx.x);
     __syncthreads();
@@ -1548,7 +1632,7 @@ __device__ __noinline__ void column_gemm(const MatmulTile& tile, const Epilogue&
   const long long ak = tile.ak, bn = tile.bn;
   for (unsigned m = threadIdx.x; m < M; m += blockDim.x) {
     arow[m] = tile.a_row(m);
-    orow[m] = tile.row(m);
+    orow[m] = tile.row(m, ep, error);
     if (m % rb == 0) bmat[m / rb] = tile.b_matrix(m);
   }
   __syncthreads();
@@ -1722,15 +1806,25 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
     // Slice 0 stores its part's sums. Fragment c of n8 tile nt: row g (+ 8 for c >= 2), column 4 (2q + c % 2) + nt
     // of the group.
     if (L.active && slice == 0) {
+      long long step[kMaxInputs - 1];
+      ep.dim_strides(tile.rank - 1, step);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const MatmulTile::Row r = tile.row(row0 + 8 * h);
+        const MatmulTile::Row r = tile.row(row0 + 8 * h, ep, error);
+        EpilogueIn in[4][2];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const unsigned n = L.group * kMmaCols + 4 * (2 * q + c) + nt;
-            if (n < n_cols) tile.store(ep, r, n, acc[nt][2 * h + c], error);
+            in[nt][c] = n < n_cols ? tile.gather(ep, r, n, acc[nt][2 * h + c], step) : EpilogueIn{acc[nt][2 * h + c], 0.0f};
+          }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const unsigned n = L.group * kMmaCols + 4 * (2 * q + c) + nt;
+            if (n < n_cols) tile.put(ep, r, n, in[nt][c], step, error);
           }
       }
     }
@@ -1947,15 +2041,19 @@ __device__ __forceinline__ bool conv1d_short(float (&acc)[kConvSessions], const 
 
 // The tiled CONV: a 1-D, ungrouped, single-image CONV whose weights the cohort shares, over a tile of whole
 // channels, as a GEMM (tiled_gemm): rows m = (session, t), columns the tile's channels, k = (input channel,
-// tap); A(m, k) is gathered from x (0 outside the padded input), B(k, n) is the weight w[channel, k].
+// tap); A(m, k) is gathered from x (0 outside the padded input), B(k, n) is the weight w[channel, k]. W: the
+// floats a copy moves, 4 where conv_copies_vectorize holds (every 4-float piece of k is 4 taps of one channel,
+// contiguous in x and wholly inside or outside it: an STFT's frames), else 1.
+template <int W>
 struct ConvTileOps {
   using Block = TgWide;
   static constexpr bool kBAlongK = true;  // a channel's weights are contiguous in k
-  static constexpr int kVec = 1;          // A is gathered
-  using WalkA = TgWalkA<1>;
-  using WalkB = TgWalkB<1, true>;
+  static constexpr int kVec = W;
+  using WalkA = TgWalkA<W>;
+  using WalkB = TgWalkB<W, true>;
   struct Row {
     unsigned s, t;
+    long long extra_off[kMaxInputs - 1];  // the epilogue's extras' offsets at the row's first channel (Epilogue::offsets)
     bool valid;
   };
   unsigned session_begin, M, T, L, KW, K, u0, channels;
@@ -1964,11 +2062,18 @@ struct ConvTileOps {
   OperandView x, out, bias;
   const float* w;  // the tile's first channel's weights
   const Epilogue& ep;
+  long long step[kMaxInputs - 1];     // the extras' strides along the output's channels, dim 1 of (1, C, T)
   const float* xrow[WalkA::kCopies];  // this thread's A rows: their session's x (the first session's past M, never read)
   int pos0[WalkA::kCopies];           // and where their time step's window starts (t * stride - pad)
   unsigned rows_in;                   // bit i: A row i lies inside the tile
 
-  __device__ __forceinline__ Row row(unsigned m) const { return Row{session_begin + m / T, m % T, m < M}; }
+  __device__ __forceinline__ Row row(unsigned m, bool& error) const {
+    Row r{};
+    if (m >= M) return r;
+    r = Row{session_begin + m / T, m % T, {}, true};
+    if (ep.n_code != 0 && !ep.offsets((long long)u0 * T + r.t, r.extra_off)) error = true;
+    return r;
+  }
   __device__ __forceinline__ void start_rows(unsigned m0) {
     rows_in = 0;
 #pragma unroll
@@ -1979,23 +2084,26 @@ struct ConvTileOps {
       rows_in |= (unsigned)(m < M) << i;
     }
   }
-  // Outside the padded input the address is the row's start (nothing is read).
+  // k's input channel and tap are the same for each copy i of a chunk: computed outside the copy's predicate,
+  // one division a chunk (under it, each copy repeated the quotient's fix-up, nvdisasm). Outside the padded
+  // input the copy reads nothing (CopySource), so its address is not clamped.
   __device__ __forceinline__ CopySource a_source(int i, unsigned k0) const {
-    const unsigned k = k0 + WalkA::col();
-    const int pos = pos0[i] + (int)(k % KW) * dil;
+    const unsigned k = k0 + WalkA::col(), channel = k / KW, tap = k - channel * KW;
+    const int pos = pos0[i] + (int)tap * dil;
     const bool valid = (rows_in >> i & 1) && k < K && pos >= 0 && pos < (int)L;
-    return {xrow[i] + (valid ? k / KW * L + pos : 0), valid};
+    return {xrow[i] + (int)(channel * L) + pos, valid ? (unsigned)W : 0u};
   }
   __device__ __forceinline__ CopySource b_source(int i, unsigned n0, unsigned k0) const {
     const unsigned n = n0 + WalkB::row(i), k = k0 + WalkB::col();
-    return {w + (size_t)n * K + k, n < channels && k < K};
+    return {w + (size_t)n * K + k, n < channels && k < K ? (unsigned)W : 0u};
   }
-  __device__ __forceinline__ void store(const Row& r, unsigned n, float sum, bool& error) const {
-    if (!r.valid) return;
-    const unsigned o = u0 + n;
-    if (has_bias) sum += *bias.at(r.s, o);
-    const long long e = (long long)o * T + r.t;
-    *out.at(r.s, e) = ep.apply(sum, r.s, e, error);
+  __device__ __forceinline__ EpilogueIn gather(const Row& r, unsigned n, float sum) const {
+    if (!r.valid) return {sum, 0.0f};
+    return {has_bias ? sum + *bias.at(r.s, u0 + n) : sum, ep.first_extra(r.s, r.extra_off, n, step)};
+  }
+  __device__ __forceinline__ void put(const Row& r, unsigned n, EpilogueIn in, bool& error) const {
+    if (r.valid)
+      *out.at(r.s, (long long)(u0 + n) * T + r.t) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
   }
 };
 
@@ -2011,20 +2119,39 @@ __device__ __forceinline__ bool conv_tiles_as_gemm(const Payload& t, const long 
          (t.elem_end - t.elem_begin) / T >= kTgN / 4;
 }
 
-// The tiled CONV of a task conv_tiles_as_gemm takes.
-__device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
-                                             unsigned* out_epoch, unsigned beat) {
+// Whether the tiled CONV's copies may move 16 bytes: taps contiguous (dilation 1) in whole pieces of 4 (the
+// kernel's width, the stride, the padding and the input's length multiples of 4, so a piece lies wholly inside x
+// or wholly in its padding), and x's sessions and the weights 16-byte aligned.
+__device__ __forceinline__ bool conv_copies_vectorize(const long long* __restrict__ p, OperandView x, const float* w) {
+  return kTgVec && p[12] == 1 && p[9] % 4 == 0 && p[10] % 4 == 0 && p[11] % 4 == 0 && p[7] % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(x.base) % 16 == 0 && x.sstride % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+// The tiled CONV of a task conv_tiles_as_gemm takes, W floats a copy. Not inlined: each width has the kernel's
+// register budget to itself (inlined side by side, their spill loads 60 -> 128 bytes, ptxas).
+template <int W>
+__device__ __noinline__ void conv_tiled(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                                        const Epilogue& ep, OperandView x, const float* w, bool& error) {
   const long long has_bias = p[6];
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
   const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T;
   const unsigned u0 = t.elem_begin / T, K = c_in * KW;
-  const Epilogue& ep = block_copy(task_epilogue, t, arena_base, p + 13, has_bias ? 3 : 2);
-  ConvTileOps ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0,
-                  operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
-                  has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
-                  operand(t, arena_base, 1).at(0, 0) + (size_t)u0 * K, ep, {}, {}};
-  bool error = false;
+  ConvTileOps<W> ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0, x,
+                     operand(t, arena_base, kOutSlot), has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
+                     w, ep, {}, {}, {}, 0};
+  ep.dim_strides(1, ops.step);
   tiled_gemm<false>(ops, M, U, K, error);
+}
+
+__device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
+                                             unsigned* out_epoch, unsigned beat) {
+  const Epilogue& ep = block_copy(task_epilogue, t, arena_base, p + 13, p[6] ? 3 : 2);
+  const OperandView x = operand(t, arena_base, 0);
+  const unsigned u0 = t.elem_begin / (unsigned)p[8];  // the tile's first channel
+  const float* w = operand(t, arena_base, 1).at(0, 0) + (size_t)u0 * (unsigned)(p[3] * p[9]);
+  bool error = false;
+  if (conv_copies_vectorize(p, x, w)) conv_tiled<4>(t, p, arena_base, ep, x, w, error);
+  else conv_tiled<1>(t, p, arena_base, ep, x, w, error);
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
