@@ -416,10 +416,11 @@ def test_prologue_profile_interp_matches_reference(dims):
     assert max_err(interp_run(profile, frames, reset), prologue_reference(weights, frames, dims)) <= 1e-5
 
 
-@pytest.mark.parametrize("switch", ["kTiledGemm", "kStreamGemm"])
+@pytest.mark.parametrize("switch", ["kTiledGemm", "kStreamGemm", "kTgFewRows"])
 def test_the_gemm_bodies_are_on_by_default(switch):
-    """Kernels are generated with the tiled and the streaming GEMM on; `--set NAME=false` (codegen.with_constant)
-    is the baseline an A/B of either runs against."""
+    """Kernels are generated with the tiled and the streaming GEMM on, and the tiled GEMM taking the narrow
+    pass's tiles of 9 to 48 rows and a short k; `--set NAME=false` (codegen.with_constant) is the baseline an A/B
+    of each runs against."""
     profile, _ = build_prologue_profile(dims=TILED)
     source = codegen.generate_kernel(profile.meta)
     assert f"constexpr bool {switch} = true;" in source

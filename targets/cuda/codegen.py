@@ -1690,6 +1690,12 @@ constexpr unsigned kMmaStreamRows = 48;
 // GEMM's, up to a whole block (kTgM; with that GEMM off, kMmaStreamRows = 0, a block too).
 constexpr unsigned kTgMinRows =
     kMmaStreamRows > (unsigned)kSvRows && kMmaStreamRows < (unsigned)kTgM ? kMmaStreamRows + 1 : (unsigned)kTgM;
+// kTgFewRows: a tile the narrow pass would take, of more rows than it keeps (kSvRows) and fewer than kTgMinRows,
+// that the tensor-core streaming GEMM does not fit (a short k) takes the tiled GEMM, a block partly empty,
+// instead of the narrow pass's kSvRows rows a pass. Silero's LSTM matmuls at 256 sessions (32 rows x 32
+// columns, K = 128) took 24.7 us a task in four passes, 14.8 in one block; the beat 163.6 -> 143.2 us
+// (bench/RESULTS.md eighteenth run).
+constexpr bool kTgFewRows = true;
 constexpr int kMmaDepth = 4;  // steps of loads a warp has in flight: 4 x 8 warps' distinct 1 KB of b, 32 KB a SM
 constexpr int kMmaPassGroups = 4, kMmaCols = 32, kMmaPart = 16 * kMmaCols;  // a warp's part: 16 rows x 32 columns
 // Each block starts its slices' walk over k at a step of its own (the block's index times 5, wrapped), so the
@@ -1851,9 +1857,9 @@ __device__ __forceinline__ bool gemm_body_may_take(const Payload& t, const long 
 // Runs the task on a GEMM body and returns true: the column GEMM for a tile it takes (column_gemm_takes), the
 // tensor-core streaming GEMM for a tile it takes (mma_stream_gemm: 9 to kMmaStreamRows rows, or up to kTgM
 // that the tiled GEMM declines; b n-contiguous in column vectors, long k, no prologue), else the tiled GEMM for
-// a tile of at least kTgMinRows rows and a quarter of a block's columns, else the streaming GEMM's narrow pass
-// when b is n-contiguous (at most 32 column vectors a warp); or returns false with nothing done (the
-// lane-group body's tiles).
+// a tile of at least kTgMinRows rows (or kTgFewRows') and a quarter of a block's columns, else the streaming
+// GEMM's narrow pass when b is n-contiguous (at most 32 column vectors a warp); or returns false with nothing
+// done (the lane-group body's tiles).
 __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long* __restrict__ p,
                                               char* const* arena_base, unsigned* out_epoch, unsigned beat) {
   __shared__ bool single_b;
@@ -1870,7 +1876,7 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
     return true;
   }
   if (tile.b_rows < tile.M) return false;  // several matrices of b: the column GEMM's tiles only
-  const bool tiled = kTiledGemm && kTgFits && !tile.has_prologue && rows_to_tile(tile.M) && tile.n_cols >= kTgN / 4;
+  const bool tiles = kTiledGemm && kTgFits && !tile.has_prologue && tile.n_cols >= kTgN / 4;
   const bool vec4 = tile.n_cols % kGemmCols == 0 && tile.bk % kGemmCols == 0 &&
                     reinterpret_cast<uintptr_t>(tile.pb) % (kGemmCols * sizeof(float)) == 0;
   // The streaming GEMM costs a tile ~10 us whatever its size (one-session Silero, K = 128 x 32 columns: a printf
@@ -1882,9 +1888,11 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   // The tensor-core streaming GEMM takes a cohort's rows up to kMmaStreamRows, and the larger tiles (up to
   // kTgM rows: `stream`) the tiled GEMM declines, which would otherwise take the narrow pass (8 rows a pass,
   // no tensor cores).
+  const bool mma_fits = stream && vec4 && !tile.has_prologue && tile.M > kSvRows &&
+                        MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
+  const bool tiled = tiles && (rows_to_tile(tile.M) || (kTgFewRows && stream && tile.M > kSvRows && !mma_fits));
   const bool mma_rows = tile.M <= kMmaStreamRows || (kMmaStreamRows > 0 && !tiled);
-  const bool mma_stream = stream && vec4 && !tile.has_prologue && tile.M > kSvRows && mma_rows &&
-                          MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
+  const bool mma_stream = mma_fits && mma_rows;
   if (!tiled && !stream) return false;
   const Prologue& pro = block_copy(task_prologue, t, arena_base, tile.prologue, tile.rank);
   const Epilogue& ep = block_copy(task_epilogue, t, arena_base, ep_words, 2 + pro.n_extra);
