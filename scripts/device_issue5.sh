@@ -2,7 +2,8 @@
 # Issue 5's GPU measurements. Run on the GPU machine from the repository root, with profiles and cubins
 # prepared here and carried in .device/:
 #   python3 scripts/device_profiles.py --sessions 1 64 1024 4096 16384 32768 65536 --barrier-sessions
-#   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-* .device/zoo-* .device/serve-*
+#   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-* .device/zoo-* .device/serve-* \
+#       --builtin 5 300   (the builtin part's programs)
 #   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/vad-{1,64,1024,16384} --set SWITCH
 #   python3 bench/conv.py compile --out .device/conv       (for the conv part)
 # The device tool carries at most 64 MiB a call: pack what the parts need (profiles and prebuilt cubins,

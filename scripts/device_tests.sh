@@ -4,6 +4,8 @@
 # elsewhere and carried in: scripts/device_tests.sh PROFILE_DIR...
 #   wavec compile silero_vad_16k_op15.onnx --sessions N --bind sr=16000 --frame input=576 \
 #         --state state=stateN -o .device/vad-N         (on a machine with xDSL)
+#   WAVEC_CUBIN_CACHE=$PWD/.device/cubin python3 scripts/prebuild_cubins.py .device/* --builtin 5 72 300
+#         (there too: the kernels, so this machine's time goes to running them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The GPU machine reaches no registry: the Silero model comes from .device/ when carried there.

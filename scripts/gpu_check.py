@@ -215,6 +215,21 @@ def print_row(row: dict | None) -> None:
     print("  ".join(cells), flush=True)
 
 
+def builtin_jobs(sessions: list[int]) -> list:
+    """(label, build) of the tests' built-in programs (tests/test_cuda.py's builders, without xDSL) at each cohort
+    size: the four-opcode one, the matmul-prologue one, and its size without prologue for the tiled GEMM, W stored
+    [k, n] and [n, k]. --builtin checks them here; scripts/prebuild_cubins.py --builtin builds their kernels."""
+    if not sessions:
+        return []
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_cuda import TILED, TILED_NK, build_prologue_profile, build_test_profile
+
+    return ([(f"builtin:{n}", lambda n=n: build_test_profile(sessions=n)[0]) for n in sessions]
+            + [(f"builtin-prologue:{n}", lambda n=n: build_prologue_profile(sessions=n)[0]) for n in sessions]
+            + [(f"builtin-{name}:{n}", lambda n=n, dims=dims: build_prologue_profile(sessions=n, dims=dims)[0])
+               for n in sessions for name, dims in (("tiled", TILED), ("tiled-nk", TILED_NK))])
+
+
 def prebuild(jobs: list, args) -> dict:
     """Loads every profile and builds all their cubins at once (nvcc is single-threaded; the machine has
     many cores), so check_profile finds them in the build cache. {label: profile, or the exception}."""
@@ -241,9 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="*", help="profile directories")
     ap.add_argument("--builtin", type=int, nargs="*", default=[], metavar="SESSIONS",
-                    help="also check the tests' built-in programs (tests/test_cuda.py: the four-opcode one, the "
-                         "matmul-prologue one, and its size without prologue for the tiled GEMM, W stored [k, n] and [n, k]) "
-                         "at these cohort sizes")
+                    help="also check the tests' built-in programs at these cohort sizes (builtin_jobs)")
     ap.add_argument("--beats", type=int, default=300, help="timed beats (default 300)")
     ap.add_argument("--warmup", type=int, default=50, help="untimed beats first (default 50)")
     ap.add_argument("--check-beats", type=int, default=3,
@@ -262,15 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runtime.gpu_available():
         print("gpu_check: no CUDA GPU with cuda-bindings on this machine", file=sys.stderr)
         return 2
-    jobs = [(str(p), lambda p=p: load(p)) for p in args.profiles]
-    if args.builtin:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from test_cuda import TILED, TILED_NK, build_prologue_profile, build_test_profile
-
-        jobs += [(f"builtin:{n}", lambda n=n: build_test_profile(sessions=n)[0]) for n in args.builtin]
-        jobs += [(f"builtin-prologue:{n}", lambda n=n: build_prologue_profile(sessions=n)[0]) for n in args.builtin]
-        jobs += [(f"builtin-{name}:{n}", lambda n=n, dims=dims: build_prologue_profile(sessions=n, dims=dims)[0])
-                 for n in args.builtin for name, dims in (("tiled", TILED), ("tiled-nk", TILED_NK))]
+    jobs = [(str(p), lambda p=p: load(p)) for p in args.profiles] + builtin_jobs(args.builtin)
     if not jobs:
         ap.error("give profile directories or --builtin SESSIONS")
     profiles = prebuild(jobs, args)

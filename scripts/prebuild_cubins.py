@@ -3,7 +3,7 @@
 time goes to running, not compiling (about 10 s of nvcc per kernel).
 
     WAVEC_CUBIN_CACHE=.device/cubin python3 scripts/prebuild_cubins.py .device/vad-1 .device/zoo-duplex ... [--set NAME=VALUE]
-                                                                        [--regenerate]
+                                                                        [--regenerate] [--builtin 5 72]
 
 The kernel is the one `scripts/gpu_check.py` and the benches build (the profile's kernel.cu, its generated
 EWISE bodies included), so the cache key matches there as long as nvcc's version does (cuda 13.0.88 on
@@ -13,7 +13,9 @@ compiled before a kernel change run the changed kernel without recompiling their
 format (wavec.payload, wavec.opcodes) did not change, and needs apache-tvm when the profile has generated EWISE
 bodies. A kernel.cu of an older protocol (codegen.PROTOCOL) is regenerated so, --regenerate or not: the GPU
 machine would otherwise regenerate it itself, without apache-tvm, so without its generated bodies, and build
-a kernel this cache does not hold (the twelfth run lost a device call to it).
+a kernel this cache does not hold (the twelfth run lost a device call to it). ``--builtin SESSIONS...`` also
+builds the kernels of `scripts/gpu_check.py --builtin`'s programs (tests/test_cuda.py's: eight kernels for two
+cohort sizes, whose nvcc time the GPU machine would otherwise spend).
 """
 
 from __future__ import annotations
@@ -59,9 +61,22 @@ def build(directory: Path, constants: list[str] = (), regenerate: bool = False) 
             f"{report or 'none'}")
 
 
+def build_builtin(label: str, make, constants: list[str] = ()) -> str:
+    """The kernel of one of gpu_check.py's built-in programs (gpu_check.builtin_jobs), as it builds it."""
+    from gpu_check import kernel_for
+
+    from wavec.targets.cuda import build as nvcc
+
+    t0 = time.perf_counter()
+    cubin = nvcc.build_cubin(kernel_for(make(), False, constants=constants))
+    return f"{label}: {time.perf_counter() - t0:.1f} s, {cubin.name}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("profiles", nargs="+", type=Path)
+    ap.add_argument("profiles", nargs="*", type=Path)
+    ap.add_argument("--builtin", type=int, nargs="*", default=[], metavar="SESSIONS",
+                    help="also build the kernels of gpu_check.py --builtin's programs at these cohort sizes")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc builds")
     ap.add_argument("--set", type=constant_setting, action="append", default=[], metavar="NAME=VALUE",
                     help="build the kernels with this constexpr switch set, as gpu_check.py --set runs them")
@@ -74,9 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     profiles = [p for p in args.profiles if (p / "profile.json").is_file()]
     for skipped in sorted(set(args.profiles) - set(profiles)):
         print(f"{skipped}: skipped, not a profile (no profile.json)", flush=True)
+    if not profiles and not args.builtin:
+        ap.error("give profile directories or --builtin SESSIONS")
+    from gpu_check import builtin_jobs
+
+    builtins = builtin_jobs(args.builtin)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         try:
             for line in pool.map(lambda p: build(p, args.set, args.regenerate), profiles):
+                print(line, flush=True)
+            for line in pool.map(lambda job: build_builtin(*job, args.set), builtins):
                 print(line, flush=True)
         except ValueError as e:  # a --set name the kernel does not have
             sys.exit(f"scripts/prebuild_cubins.py: --set: {e}")

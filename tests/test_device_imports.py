@@ -38,6 +38,12 @@ CASES = {
     "density on the zoo": "import density; assert density.zoo_spec('duplex_1b') == 'duplex:1b'",
     "silero check": "import silero_gpu",
     "conv and gemm benches": "import conv, gemm",
+    "built-in programs": "from gpu_check import builtin_jobs\n"
+                         "jobs = builtin_jobs([5])\n"
+                         "assert [label for label, _ in jobs] == ['builtin:5', 'builtin-prologue:5', 'builtin-tiled:5', "
+                         "'builtin-tiled-nk:5'] and builtin_jobs([]) == []\n"
+                         "assert all(make().sessions == 5 for _, make in jobs)",
+    "prebuild_cubins": "import prebuild_cubins",
 }
 
 
