@@ -11,7 +11,8 @@ Writes, under --out:
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights; 0: none);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
 - ``conv-NAME``: the 1-D convolutions of CONV_CASES (stride, padding, dilation, no bias, a residual epilogue,
-  tiles the tiled GEMM does not take beside those it does, taps its copies move 16 bytes at a time), at cohorts that cut them for the tiled GEMM
+  tiles the tiled GEMM does not take beside those it does, taps its copies move 16 bytes at a time) and
+  ``conv-rank2`` (a builder conv1d without a batch axis, a residual epilogue of rank 2), at cohorts that cut them for the tiled GEMM
   (wave-to-wpk's tiled_conv_split), for scripts/gpu_check.py to hold against the interpreter;
 - ``vad-N-fF``: with ``--min-tile-flops F ...``, Silero VAD for N sessions tiled down to F FLOPs per session;
 - ``duplexP-N``: with ``--duplex-sessions N ...``, duplex:P for N sessions, P the --duplex-preset (default 1b;
@@ -107,6 +108,17 @@ def conv_job(seed: int, case: tuple):
     return compile_graph(import_onnx(conv_model(*shape, seed=seed)), sessions=sessions)
 
 
+def rank2_conv_model():
+    """A builder conv1d over x [32, 8] (no batch axis: its epilogue's shape is [C, T], rank 2) plus a residual, whose
+    tiles the tiled CONV takes at 256 sessions: its epilogue steps a channel along dim rank - 2."""
+    from wavec.frontends.builder import Model
+
+    m = Model("conv_rank2", seed=0)
+    x, r = m.input("x", [32, 8]), m.input("r", [48, 8])
+    m.output("y", m.add(m.conv1d(x, m.weight("w", [48, 32, 3], "fp32"), name="c"), r))
+    return m
+
+
 def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions: int) -> list:
     from wavec import zoo
     from wavec.driver import compile_graph
@@ -122,6 +134,7 @@ def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions:
                                                                                  sessions=zoo_sessions)))
     jobs += [(f"conv-{name}", lambda seed=seed, case=case: conv_job(seed, case))
              for seed, (name, case) in enumerate(CONV_CASES.items())]
+    jobs.append(("conv-rank2", lambda: compile_graph(rank2_conv_model().lower(), sessions=256)))
     jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
     return jobs
 

@@ -2,7 +2,8 @@
 on unless kTiledGemm is false), mirrored in numpy thread by thread: how the block's copies walk each chunk
 (TgWalk, one float or four a copy), where they land in a stage (tg_b_offset's two layouts of B), what each
 copy reads and how much of it lies inside the operand (CopySource, floats_inside), how the mma.sync m16n8k8
-fragments read the stage (the PTX ISA's layouts for .tf32), and where each accumulator is stored. The mirror
+fragments read the stage (the PTX ISA's layouts for .tf32), and where each accumulator is stored, with the
+epilogue's extra read at its row's offsets plus a column's stride (Epilogue::offsets, dim_strides). The mirror
 sums in float64, so against the float64 reference (ONNX Conv, tests/test_interp.conv_ref; a numpy matmul) it
 agrees to rounding (1e-9 relative): a mismatch is an index error in the arithmetic the CUDA body copies. The
 GPU check (scripts/gpu_check.py --builtin, tests/test_cuda.py on a GPU) is what proves the body itself,
@@ -180,13 +181,42 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
                             ops.store(row[keep], n[keep], acc[w, keep, nt, frag])
 
 
+def epilogue_offsets(e: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """Epilogue::offsets for one extra: flat element e of the epilogue's iteration space ``shape`` (the output's,
+    one session) as e's index along each dim times the extra's stride there."""
+    off, rem = np.zeros_like(e), e.copy()
+    for dim, stride in zip(shape[::-1], strides[::-1]):
+        off += rem % dim * stride
+        rem //= dim
+    return off
+
+
+class Extra:
+    """An epilogue's extra 0 (a residual r added to the accumulated value) over the epilogue's ``shape`` at
+    ``strides`` into ``values`` (one session's floats each, [sessions, n])."""
+
+    def __init__(self, values: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]):
+        self.values, self.shape, self.strides = values, shape, strides
+
+    def row_offsets(self, e: np.ndarray) -> np.ndarray:
+        """Row::extra_off: the extra's offset at each row's first output (Epilogue::offsets)."""
+        return epilogue_offsets(e, self.shape, self.strides)
+
+    def step(self, dim: int) -> int:
+        """Epilogue::dim_strides: the extra's stride along ``dim`` of the epilogue's shape."""
+        return self.strides[dim] if 0 <= dim < len(self.shape) else 0
+
+
 class ConvOps:
-    """ConvTileOps over x [sessions, c_in, L], w [c_out, c_in, KW]; out [sessions, c_out * T]."""
+    """ConvTileOps<W> over x [sessions, c_in, L], w [c_out, c_in, KW]; out [sessions, c_out * T]; W = 4 where
+    conv_copies_vectorize holds (``vectorizes``), given the geometry's width. ``extra``: the epilogue's residual,
+    its shape the output's [..., C, T] of any rank (leading dims 1), stepped from one channel to the next along
+    dim rank - 2 (ConvTileOps::channel_steps)."""
 
     along_k = True
 
-    def __init__(self, x, w, bias, stride, pad, dil, s0, s1, u0, u1, out):
-        self.x, self.bias, self.out = x.reshape(x.shape[0], -1), bias, out
+    def __init__(self, x, w, bias, stride, pad, dil, s0, s1, u0, u1, out, extra: Extra | None = None):
+        self.x, self.bias, self.out, self.extra = x.reshape(x.shape[0], -1), bias, out, extra
         self.L, self.KW = x.shape[2], w.shape[2]
         self.T = out.shape[1] // w.shape[0]
         self.K = x.shape[1] * self.KW
@@ -194,31 +224,46 @@ class ConvOps:
         self.stride, self.pad, self.dil, self.s0, self.u0 = stride, pad, dil, s0, u0
         self.M, self.U = (s1 - s0) * self.T, u1 - u0
 
+    def vectorizes(self) -> bool:
+        """conv_copies_vectorize (the arrays here are 16-byte aligned, x's sessions c_in x L floats apart)."""
+        return (self.dil == 1 and self.KW % 4 == 0 and self.stride % 4 == 0 and self.pad % 4 == 0
+                and self.L % 4 == 0 and self.x.shape[1] % 4 == 0 and (self.u0 * self.K) % 4 == 0)
+
     def a_sources(self, geo, m0, k0):
-        """(flat index into x, floats inside, x) of every thread's A copies: a_source."""
+        """(flat index into x, floats inside, x) of every thread's A copies: a_source. k's channel and tap are
+        its division by KW; outside the padded input the copy reads nothing and its address is not clamped."""
         wa = geo.walk_a
         m, k = m0 + wa.row, k0 + wa.col
-        pos = (m % self.T) * self.stride - self.pad + (k % self.KW) * self.dil
+        channel, tap = k // self.KW, k % self.KW
+        pos = (m % self.T) * self.stride - self.pad + tap * self.dil
         valid = (m < self.M) & (k < self.K) & (pos >= 0) & (pos < self.L)
         row = (self.s0 + np.where(m < self.M, m // self.T, 0)) * self.x.shape[1]
-        return row + np.where(valid, (k // self.KW) * self.L + pos, 0), valid.astype(int), self.x.reshape(-1)
+        return row + channel * self.L + pos, np.where(valid, geo.w, 0), self.x.reshape(-1)
 
     def b_sources(self, geo, n0, k0):
         wb = geo.walk_b[True]
         n, k = n0 + wb.row, k0 + wb.col
-        return n * self.K + k, ((n < self.U) & (k < self.K)).astype(int), self.w
+        return n * self.K + k, np.where((n < self.U) & (k < self.K), geo.w, 0), self.w
 
     def store(self, m, n, acc):
         s, t, o = self.s0 + m // self.T, m % self.T, self.u0 + n
-        self.out[s, o * self.T + t] = acc + self.bias[o]
+        value = acc + self.bias[o]
+        if self.extra is not None:
+            rank = len(self.extra.shape)
+            off = self.extra.row_offsets(self.u0 * self.T + t) + n * self.extra.step(rank - 2)
+            value = value + self.extra.values[s, off]
+        self.out[s, o * self.T + t] = value
 
 
 class MatmulOps:
     """MatmulTileOps for out[s, r, n] = sum_k a[s, r, k] b[k, n] over rows row0.. and columns col0..col1 of
     each session s0..s1. a's rows lie ``lda`` floats apart; b is stored [k, n] (read along n) or, with
-    ``nk``, [n, k] (along k), its rows ``ldb`` apart."""
+    ``nk``, [n, k] (along k), its rows ``ldb`` apart. ``extra``: the epilogue's residual over the output's
+    shape [rows, N]."""
 
-    def __init__(self, a, b, nk, s0, s1, row0, rows, col0, col1, out, lda=None, ldb=None, session_pad=0):
+    def __init__(self, a, b, nk, s0, s1, row0, rows, col0, col1, out, lda=None, ldb=None, session_pad=0,
+                 extra: Extra | None = None):
+        self.extra = extra
         sessions, n_rows, self.K = a.shape
         self.N = out.shape[2]
         self.lda = lda or self.K
@@ -264,7 +309,12 @@ class MatmulOps:
         return first + step * self.bk, np.where(k_first + step < self.K, floats_inside(n_first, self.cols, geo.w), 0), self.b
 
     def store(self, m, n, acc):
-        self.out[self.s0 + m // self.rows, self.row0 + m % self.rows, self.col0 + n] = acc
+        s, row = self.s0 + m // self.rows, self.row0 + m % self.rows
+        value = acc
+        if self.extra is not None:  # stepped from one column to the next along the last dim (column_steps)
+            off = self.extra.row_offsets(row * self.N + self.col0) + n * self.extra.step(len(self.extra.shape) - 1)
+            value = value + self.extra.values[s, off]
+        self.out[s, row, self.col0 + n] = value
 
 
 @pytest.mark.parametrize("w", [1, 4])
@@ -363,24 +413,76 @@ def test_the_launch_gives_the_kernel_its_staging(threads):
     assert 4 * want <= 227 * 1024
 
 
-@pytest.mark.parametrize("c_in, c_out, L, KW, stride, pad, sessions, tiles", [
+CONV_SHAPES = [  # c_in, c_out, L, KW, stride, pad, sessions, tiles (s0, s1, u0, u1)
     (1, 72, 640, 256, 128, 0, 20, [(0, 17, 0, 40), (0, 17, 40, 72), (17, 20, 0, 72)]),  # the STFT's shape, ragged tiles
     (129, 40, 4, 3, 1, 1, 33, [(0, 33, 0, 16), (0, 33, 16, 40)]),        # the first encoder conv
     (64, 24, 2, 3, 2, 1, 70, [(0, 70, 0, 24)]),                          # stride 2 over 2 positions
-])
-@pytest.mark.parametrize("threads", [512, 256])
-def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride, pad, sessions, tiles, threads):
-    rng = np.random.default_rng(3)
+    (4, 36, 64, 8, 4, 4, 21, [(0, 21, 0, 20), (0, 21, 20, 36)]),        # taps in pieces of 4, padded (conv-frames')
+]
+
+
+def conv_case(c_in, c_out, L, KW, stride, pad, sessions, seed=3):
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((sessions, c_in, L))
     w = rng.standard_normal((c_out, c_in, KW)) / np.sqrt(c_in * KW)
     bias = rng.standard_normal(c_out)
-    want = conv_ref(x, w, bias, (stride,), (pad, pad), (1,), 1)
+    return x, w, bias, conv_ref(x, w, bias, (stride,), (pad, pad), (1,), 1)
+
+
+@pytest.mark.parametrize("c_in, c_out, L, KW, stride, pad, sessions, tiles", CONV_SHAPES)
+@pytest.mark.parametrize("threads", [512, 256])
+def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride, pad, sessions, tiles, threads):
+    """One float a copy, and four where conv_copies_vectorize holds (the STFT's shape and conv-frames': each
+    4-float piece of k lies wholly inside x or wholly in its padding, stage_chunk checks their alignment)."""
+    x, w, bias, want = conv_case(c_in, c_out, L, KW, stride, pad, sessions)
     T = want.shape[2]
-    got = np.full((sessions, c_out * T), np.nan)
-    for s0, s1, u0, u1 in tiles:
-        ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got)
-        tiled_gemm(Geometry(threads), ops, ops.M, ops.U, ops.K)
-    np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
+    widths = [1, 4] if ConvOps(x, w, bias, stride, pad, 1, 0, 1, 0, 1, np.zeros((1, c_out * T))).vectorizes() else [1]
+    assert (len(widths) == 2) == (KW % 4 == 0)
+    for width in widths:
+        got = np.full((sessions, c_out * T), np.nan)
+        for s0, s1, u0, u1 in tiles:
+            ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got)
+            tiled_gemm(Geometry(threads, width), ops, ops.M, ops.U, ops.K)
+        np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("lead", [0, 1, 2], ids=["C,T", "1,C,T", "1,1,C,T"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["r[C,T]", "r[T,C]"])
+def test_a_tiled_conv_epilogue_reads_its_residual_at_every_rank(lead, transposed):
+    """The epilogue's residual over the conv output's shape [..., C, T] (the builder's conv1d has no batch axis:
+    rank 2), stored channel-major or transposed: each row's offsets once (Epilogue::offsets) and one channel's
+    stride a column (dim rank - 2) read it where the old per-output divisions did."""
+    c_in, c_out, L, KW, stride, pad, sessions = 4, 36, 64, 8, 4, 4, 21
+    x, w, bias, conv = conv_case(c_in, c_out, L, KW, stride, pad, sessions, seed=5)
+    T = conv.shape[2]
+    r = np.random.default_rng(6).standard_normal((sessions, c_out, T))
+    stored = np.swapaxes(r, 1, 2) if transposed else r
+    strides = (1, c_out) if transposed else (T, 1)
+    extra = Extra(np.ascontiguousarray(stored).reshape(sessions, -1), (1,) * lead + (c_out, T), (0,) * lead + strides)
+    for width in (1, 4):
+        got = np.full((sessions, c_out * T), np.nan)
+        for s0, s1, u0, u1 in [(0, 21, 0, 20), (0, 21, 20, 36)]:
+            ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got, extra)
+            tiled_gemm(Geometry(512, width), ops, ops.M, ops.U, ops.K)
+        np.testing.assert_allclose(got.reshape(sessions, c_out, T), conv + r, rtol=1e-9, atol=1e-12)
+
+
+def test_a_tiled_matmul_epilogue_reads_its_residual_along_the_row():
+    """An extra over the output's [rows, N], stored transposed ([N, rows]), for tiles that are parts of one row
+    (col0 > 0) and whole rows: the row's offsets once, then one column's stride (the last dim's) a column."""
+    rng = np.random.default_rng(7)
+    sessions, rows, K, N = 70, 3, 75, 130
+    a = rng.standard_normal((sessions, rows, K))
+    b = rng.standard_normal((K, N)) / np.sqrt(K)
+    r = rng.standard_normal((sessions, rows, N))
+    extra = Extra(np.ascontiguousarray(np.swapaxes(r, 1, 2)).reshape(sessions, -1), (rows, N), (1, rows))
+    got = np.full((sessions, rows, N), np.nan)
+    for s0, s1, row0, n_rows, col0, col1 in [(0, 70, 1, 1, 0, 40), (0, 70, 1, 1, 40, 130), (0, 33, 0, 3, 0, 130)]:
+        ops = MatmulOps(a, b, False, s0, s1, row0, n_rows, col0, col1, got, session_pad=3, extra=extra)
+        tiled_gemm(Geometry(512), ops, ops.M, ops.cols, ops.K)
+    want = a @ b + r
+    np.testing.assert_allclose(got[:70, 1], want[:70, 1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got[:33], want[:33], rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("threads, w, warps_m", [(512, 1, 4), (512, 4, 4), (256, 4, 4), (128, 4, 4), (1024, 1, 4),

@@ -107,8 +107,9 @@ def epilogue_generated_source(meta: dict) -> str:
     """``generated_epilogue``: each profile.json ``epilogue_bodies`` entry (numbered by wpk-payload) as one
     case of a switch, so an epilogue costs its operations, not the bytecode interpreter's loop (one-session
     Silero's CONV and MATMUL tasks spent about 1 us each in it: clock64 probes, bench/RESULTS.md fifteenth run).
-    An unknown index sets the error flag and gives NaN, as malformed bytecode does. Inlined into its one
-    caller (Epilogue::apply_code), so the values stay in registers: called, they went through the stack."""
+    An unknown index sets the error flag and gives NaN, as malformed bytecode does. Inlined into its two
+    callers (Epilogue::apply_code and Epilogue::evaluate_call), so the values stay in registers: called, they
+    went through the stack."""
     lines = ["// ---- Generated epilogues (profile.json epilogue_bodies, numbered by wpk-payload) ----------------------",
              "__device__ __forceinline__ float generated_epilogue(long long body, const float (&v)[kMaxInputs], bool& error) {",
              "  switch (body) {"]
@@ -634,7 +635,7 @@ struct Epilogue {
   // (offsets'); 0 without one. Loaded apart from the output's evaluation (finish), so that a tile loads all of
   // its outputs' before it evaluates any and their round trips overlap: evaluated one by one, each output
   // waited for its load. Only extra 0 (a bias, a residual: the epilogues' usual one), which keeps a thread's
-  // eight or sixteen outputs' values in registers; finish loads the others.
+  // eight outputs' values in registers; finish loads the others.
   __device__ __forceinline__ float first_extra(unsigned s, const long long (&off)[kMaxInputs - 1], unsigned i,
                                                const long long (&step)[kMaxInputs - 1]) const {
     return n_code != 0 && n_extra > 0 ? *extra[0].at(s, off[0] + i * step[0]) : 0.0f;
@@ -1174,6 +1175,7 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
       // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8. Every output's epilogue
       // inputs are loaded before any is evaluated, so that their round trips overlap.
       const typename Ops::Row rows[2] = {ops.row(m0 + wm + g, error), ops.row(m0 + wm + g + 8, error)};
+      const unsigned n_first = n0 + wn + 2 * q;  // column n_first + 8 nt + c
       EpilogueIn in[2][2][2];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -1181,15 +1183,15 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
         for (int c = 0; c < 2; ++c)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            in[nt][c][h] = n0 + wn + nt * 8 + 2 * q + c < N ? ops.gather(rows[h], n0 + wn + nt * 8 + 2 * q + c, acc[nt][2 * h + c])
-                                                            : EpilogueIn{acc[nt][2 * h + c], 0.0f};
+            in[nt][c][h] = n_first + 8 * nt + c < N ? ops.gather(rows[h], n_first + 8 * nt + c, acc[nt][2 * h + c])
+                                                    : EpilogueIn{acc[nt][2 * h + c], 0.0f};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            if (n0 + wn + nt * 8 + 2 * q + c < N) ops.put(rows[h], n0 + wn + nt * 8 + 2 * q + c, in[nt][c][h], error);
+            if (n_first + 8 * nt + c < N) ops.put(rows[h], n_first + 8 * nt + c, in[nt][c][h], error);
     }
   }
 }
@@ -1202,8 +1204,8 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
 struct MatmulTile {
   struct Row {
     unsigned s;
-    long long e, off;  // the row's first flat output element of the tile, and its offset in out
-    long long extra_off[kMaxInputs - 1];  // the epilogue's extras' offsets at e (Epilogue::offsets)
+    long long off;  // the row's first output of the tile: its offset in out
+    long long extra_off[kMaxInputs - 1];  // and the epilogue's extras' offsets there (Epilogue::offsets)
     bool valid;
   };
   int rank;
@@ -1221,16 +1223,15 @@ struct MatmulTile {
 
   // Row m's outputs. The extras' offsets are computed once a row, not once an output (with the loads gathered
   // ahead, Silero's LSTM matmuls at 16,384 sessions took 181 us a task, not 228: bench/RESULTS.md eighteenth
-  // run). An epilogue naming more extras than the task has slots sets `error`.
+  // run). An epilogue naming more extras than the task has slots sets `error`, and its rows store nothing.
   __device__ __forceinline__ Row row(unsigned m, const Epilogue& ep, bool& error) const {
     Row r{};
     if (m >= M) return r;
     const unsigned i = row0 + m % rows;
     r.s = session_begin + m / rows;
-    r.e = (long long)i * N + col0;
     r.off = strided_offset(i * N, rank, shape, out_strides) + col0 * out_strides[rank - 1];
-    r.valid = true;
-    if (ep.n_code != 0 && !ep.offsets(r.e, r.extra_off)) error = true;
+    r.valid = ep.n_code == 0 || ep.offsets((long long)i * N + col0, r.extra_off);
+    error |= !r.valid;
     return r;
   }
   __device__ __forceinline__ const float* a_row(unsigned m) const {
@@ -1252,8 +1253,8 @@ struct MatmulTile {
     }
     return row;
   }
-  // Output (r, column n)'s epilogue inputs (`step`: the epilogue's dim_strides along the last dim), then its
-  // stored value: apart, so that a body loads all of a thread's outputs' inputs before it evaluates any.
+  // Output (r, column n)'s epilogue inputs (`step`: column_steps'), then its stored value: apart, so that a
+  // body loads all of a thread's outputs' inputs before it evaluates any.
   __device__ __forceinline__ EpilogueIn gather(const Epilogue& ep, const Row& r, unsigned n, float sum,
                                                const long long (&step)[kMaxInputs - 1]) const {
     return {sum, r.valid ? ep.first_extra(r.s, r.extra_off, n, step) : 0.0f};
@@ -1265,8 +1266,12 @@ struct MatmulTile {
   }
   __device__ __forceinline__ void store(const Epilogue& ep, const Row& r, unsigned n, float sum, bool& error) const {
     long long step[kMaxInputs - 1];
-    ep.dim_strides(rank - 1, step);
+    column_steps(ep, step);
     put(ep, r, n, gather(ep, r, n, sum, step), step, error);
+  }
+  // The extras' strides from one column of a row to the next: along the epilogue's last dim, the output's.
+  static __device__ __forceinline__ void column_steps(const Epilogue& ep, long long (&step)[kMaxInputs - 1]) {
+    ep.dim_strides(ep.rank - 1, step);
   }
 };
 
@@ -1336,12 +1341,12 @@ struct MatmulTileOps {
   using WalkB = TgWalkB<W, kAlongK, Block>;
   const MatmulTile& tile;
   const Epilogue& ep;
-  long long step[kMaxInputs - 1];     // the extras' strides along the output's columns (Epilogue::dim_strides)
+  long long step[kMaxInputs - 1];     // the extras' strides along the output's columns (column_steps)
   const float* arow[WalkA::kCopies];  // this thread's A rows at k = 0 (row 0's past M, never read)
   unsigned rows_in;                   // bit i: A row i lies inside the tile
 
   __device__ MatmulTileOps(const MatmulTile& t, const Epilogue& e) : tile(t), ep(e), rows_in(0) {
-    ep.dim_strides(tile.rank - 1, step);
+    MatmulTile::column_steps(ep, step);
   }
   __device__ __forceinline__ Row row(unsigned m, bool& error) const { return tile.row(m, ep, error); }
   __device__ __forceinline__ void start_rows(unsigned m0) {
@@ -1691,8 +1696,8 @@ constexpr unsigned kMmaStreamRows = 48;
 constexpr unsigned kTgMinRows =
     kMmaStreamRows > (unsigned)kSvRows && kMmaStreamRows < (unsigned)kTgM ? kMmaStreamRows + 1 : (unsigned)kTgM;
 // kTgFewRows: a tile the narrow pass would take, of more rows than it keeps (kSvRows) and fewer than kTgMinRows,
-// that the tensor-core streaming GEMM does not fit (a short k) takes the tiled GEMM, a block partly empty,
-// instead of the narrow pass's kSvRows rows a pass. Silero's LSTM matmuls at 256 sessions (32 rows x 32
+// b in 16-byte column vectors, whose k is too short for the tensor-core streaming GEMM (MmaStreamLayout::fits)
+// takes the tiled GEMM, a block partly empty, instead of the narrow pass's kSvRows rows a pass. Silero's LSTM matmuls at 256 sessions (32 rows x 32
 // columns, K = 128) took 24.7 us a task in four passes, 14.8 in one block; the beat 163.6 -> 143.2 us
 // (bench/RESULTS.md eighteenth run).
 constexpr bool kTgFewRows = true;
@@ -1811,9 +1816,10 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
     }
     // Slice 0 stores its part's sums. Fragment c of n8 tile nt: row g (+ 8 for c >= 2), column 4 (2q + c % 2) + nt
     // of the group.
+    auto column = [&](int nt, int c) { return L.group * kMmaCols + 4 * (2 * q + c) + nt; };
     if (L.active && slice == 0) {
       long long step[kMaxInputs - 1];
-      ep.dim_strides(tile.rank - 1, step);
+      MatmulTile::column_steps(ep, step);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const MatmulTile::Row r = tile.row(row0 + 8 * h, ep, error);
@@ -1821,17 +1827,14 @@ __device__ __noinline__ void mma_stream_gemm(const MatmulTile& tile, const Epilo
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const unsigned n = L.group * kMmaCols + 4 * (2 * q + c) + nt;
-            in[nt][c] = n < n_cols ? tile.gather(ep, r, n, acc[nt][2 * h + c], step) : EpilogueIn{acc[nt][2 * h + c], 0.0f};
-          }
+          for (int c = 0; c < 2; ++c)
+            in[nt][c] = column(nt, c) < n_cols ? tile.gather(ep, r, column(nt, c), acc[nt][2 * h + c], step)
+                                               : EpilogueIn{acc[nt][2 * h + c], 0.0f};
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const unsigned n = L.group * kMmaCols + 4 * (2 * q + c) + nt;
-            if (n < n_cols) tile.put(ep, r, n, in[nt][c], step, error);
-          }
+          for (int c = 0; c < 2; ++c)
+            if (column(nt, c) < n_cols) tile.put(ep, r, column(nt, c), in[nt][c], step, error);
       }
     }
     __syncthreads();  // the tree's buffer is free for the next pass
@@ -1890,7 +1893,7 @@ __device__ __noinline__ bool matmul_gemm_body(const Payload& t, const long long*
   // no tensor cores).
   const bool mma_fits = stream && vec4 && !tile.has_prologue && tile.M > kSvRows &&
                         MmaStreamLayout(tile.n_cols, tile.M).fits(tile.K);
-  const bool tiled = tiles && (rows_to_tile(tile.M) || (kTgFewRows && stream && tile.M > kSvRows && !mma_fits));
+  const bool tiled = tiles && (rows_to_tile(tile.M) || (kTgFewRows && stream && vec4 && tile.M > kSvRows && !mma_fits));
   const bool mma_rows = tile.M <= kMmaStreamRows || (kMmaStreamRows > 0 && !tiled);
   const bool mma_stream = mma_fits && mma_rows;
   if (!tiled && !stream) return false;
@@ -2070,17 +2073,24 @@ struct ConvTileOps {
   OperandView x, out, bias;
   const float* w;  // the tile's first channel's weights
   const Epilogue& ep;
-  long long step[kMaxInputs - 1];     // the extras' strides along the output's channels, dim 1 of (1, C, T)
   const float* xrow[WalkA::kCopies];  // this thread's A rows: their session's x (the first session's past M, never read)
   int pos0[WalkA::kCopies];           // and where their time step's window starts (t * stride - pad)
   unsigned rows_in;                   // bit i: A row i lies inside the tile
 
+  // An epilogue naming more extras than the task has slots sets `error`, and its rows store nothing.
   __device__ __forceinline__ Row row(unsigned m, bool& error) const {
     Row r{};
     if (m >= M) return r;
     r = Row{session_begin + m / T, m % T, {}, true};
-    if (ep.n_code != 0 && !ep.offsets((long long)u0 * T + r.t, r.extra_off)) error = true;
+    r.valid = ep.n_code == 0 || ep.offsets((long long)u0 * T + r.t, r.extra_off);
+    error |= !r.valid;
     return r;
+  }
+  // The extras' strides from one channel to the next: along dim rank - 2 of the epilogue's shape, the output's
+  // [..., C, T] (its leading dims are 1: conv_tiles_as_gemm takes one image). Read where used, not kept: held
+  // through the chunks, they cost the walk's registers.
+  __device__ __forceinline__ void channel_steps(long long (&step)[kMaxInputs - 1]) const {
+    ep.dim_strides(ep.rank - 2, step);
   }
   __device__ __forceinline__ void start_rows(unsigned m0) {
     rows_in = 0;
@@ -2107,11 +2117,15 @@ struct ConvTileOps {
   }
   __device__ __forceinline__ EpilogueIn gather(const Row& r, unsigned n, float sum) const {
     if (!r.valid) return {sum, 0.0f};
+    long long step[kMaxInputs - 1];
+    channel_steps(step);
     return {has_bias ? sum + *bias.at(r.s, u0 + n) : sum, ep.first_extra(r.s, r.extra_off, n, step)};
   }
   __device__ __forceinline__ void put(const Row& r, unsigned n, EpilogueIn in, bool& error) const {
-    if (r.valid)
-      *out.at(r.s, (long long)(u0 + n) * T + r.t) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
+    if (!r.valid) return;
+    long long step[kMaxInputs - 1];
+    channel_steps(step);
+    *out.at(r.s, (long long)(u0 + n) * T + r.t) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
   }
 };
 
@@ -2139,15 +2153,13 @@ __device__ __forceinline__ bool conv_copies_vectorize(const long long* __restric
 // register budget to itself (inlined side by side, their spill loads 60 -> 128 bytes, ptxas).
 template <int W>
 __device__ __noinline__ void conv_tiled(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
-                                        const Epilogue& ep, OperandView x, const float* w, bool& error) {
+                                        const Epilogue& ep, OperandView x, const float* w, unsigned u0, bool& error) {
   const long long has_bias = p[6];
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
-  const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T;
-  const unsigned u0 = t.elem_begin / T, K = c_in * KW;
+  const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T, K = c_in * KW;
   ConvTileOps<W> ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0, x,
                      operand(t, arena_base, kOutSlot), has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
-                     w, ep, {}, {}, {}, 0};
-  ep.dim_strides(1, ops.step);
+                     w, ep, {}, {}, 0};
   tiled_gemm<false>(ops, M, U, K, error);
 }
 
@@ -2158,8 +2170,8 @@ __device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* 
   const unsigned u0 = t.elem_begin / (unsigned)p[8];  // the tile's first channel
   const float* w = operand(t, arena_base, 1).at(0, 0) + (size_t)u0 * (unsigned)(p[3] * p[9]);
   bool error = false;
-  if (conv_copies_vectorize(p, x, w)) conv_tiled<4>(t, p, arena_base, ep, x, w, error);
-  else conv_tiled<1>(t, p, arena_base, ep, x, w, error);
+  if (conv_copies_vectorize(p, x, w)) conv_tiled<4>(t, p, arena_base, ep, x, w, u0, error);
+  else conv_tiled<1>(t, p, arena_base, ep, x, w, u0, error);
   if (error) record_error(out_epoch, kErrStack, t.task, 0, 0, 0, beat);
 }
 
