@@ -28,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpu_check import constant_setting  # scripts/ is this script's own folder, first on sys.path
+from gpu_check import _import_wavec, constant_setting  # scripts/ is this script's own folder, first on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("WAVEC_CUBIN_CACHE"):
         sys.exit("scripts/prebuild_cubins.py: set WAVEC_CUBIN_CACHE to the carried folder (e.g. .device/cubin)")
     sys.path.insert(0, str(ROOT / "scripts"))
+    _import_wavec()  # a checkout that was not pip-installed: the GPU machine's, building there on its cores
     profiles = [p for p in args.profiles if (p / "profile.json").is_file()]
     for skipped in sorted(set(args.profiles) - set(profiles)):
         print(f"{skipped}: skipped, not a profile (no profile.json)", flush=True)
