@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from test_interp import conv_ref
-from wavec.targets.cuda.codegen import TALL_WARPS_M, TILED_GEMM_STAGES, gemm_smem_bytes, tiled_gemm_stage_floats
+from wavec.targets.cuda.codegen import (BIG_BLOCK, TALL_WARPS_M, TILED_GEMM_STAGES, gemm_smem_bytes,
+                                        tiled_gemm_stage_floats)
 
 
 def tg_k(threads: int) -> int:
@@ -54,14 +55,15 @@ class Walk:
 
 
 class Geometry:
-    """The block's tiling at ``threads`` threads, ``w`` floats a copy and ``warps_m`` warps along m (TgBlock:
-    4 is TgWide, TALL_WARPS_M TgTall): kM, kN, kTgK, the stage's layout (kTgLd, kLdN, kStageFloats), the warps
-    that compute, and the three walks (A; B k-contiguous; B n-contiguous)."""
+    """The block's tiling at ``threads`` threads, ``w`` floats a copy, ``warps_m`` warps along m, each ``fm`` x
+    ``fn`` m16n8 fragments, over chunks of ``k`` (TgBlock<warps_m, fm, fn, k>: 4 is TgWide, TALL_WARPS_M TgTall,
+    BIG_BLOCK TgBig): kM, kN, kK, the stage's layout (kLd, kLdN, kStageFloats), the warps that compute, and the
+    three walks (A; B k-contiguous; B n-contiguous)."""
 
-    def __init__(self, threads: int, w: int = 1, warps_m: int = 4):
-        self.threads, self.w, self.warps, self.k_chunk = threads, w, threads // 32, tg_k(threads)
-        self.warps_m = warps_m
-        self.m, self.n = 16 * warps_m, 16 * (self.warps // warps_m)
+    def __init__(self, threads: int, w: int = 1, warps_m: int = 4, fm: int = 1, fn: int = 2, k: int | None = None):
+        self.threads, self.w, self.warps, self.k_chunk = threads, w, threads // 32, k or tg_k(threads)
+        self.warps_m, self.fm, self.fn = warps_m, fm, fn
+        self.m, self.n = 16 * fm * warps_m, 8 * fn * (self.warps // warps_m)
         self.computing = warps_m * (self.warps // warps_m)
         self.ld, self.ld_n = self.k_chunk + 4, self.n + 8
         self.b_floats = max(self.n * self.ld, self.k_chunk * self.ld_n)
@@ -69,18 +71,27 @@ class Geometry:
         self.walk_a = Walk(threads, w, self.m, self.k_chunk)
         self.walk_b = {True: Walk(threads, w, self.n, self.k_chunk), False: Walk(threads, w, self.k_chunk, self.n)}
 
+    @property
+    def big(self) -> bool:
+        return (self.warps_m, self.fm, self.fn, self.k_chunk) == tuple(BIG_BLOCK[x] for x in ("warps_m", "fm", "fn", "k"))
+
     def warp_origin(self, warp: int) -> tuple[int, int]:
         """(wm, wn): the warp's first row and column in the block."""
-        return warp % self.warps_m * 16, warp // self.warps_m * 16
+        return warp % self.warps_m * 16 * self.fm, warp // self.warps_m * 8 * self.fn
 
     def b_offset(self, along_k: bool, n, k):
         """tg_b_offset: B (n, k) in its part of the stage."""
         return n * self.ld + k if along_k else k * self.ld_n + n
 
     def fits(self) -> bool:
-        """kTgFits (w = 1: TgWide's walks tile each chunk exactly), kTgVec (w = 4, with kTgFits) or, for
-        TgTall, kTgTallFits (512 threads, w = 4, its walks fit the block)."""
+        """kTgFits (w = 1: TgWide's walks tile each chunk exactly), kTgVec (w = 4, with kTgFits), for TgTall
+        kTgTallFits (512 threads, w = 4, its walks fit the block) or, for TgBig, kTgBigFits (512 threads, its
+        walks of one float and of four tile each chunk exactly, kTgVec)."""
         walks = (self.walk_a, self.walk_b[True], self.walk_b[False])
+        if self.big:
+            other = Geometry(self.threads, 5 - self.w, **BIG_BLOCK)
+            return (self.threads == 512 and all(wk.exact for wk in walks + (other.walk_a, *other.walk_b.values()))
+                    and Geometry(self.threads, 4).fits())
         if self.warps_m != 4:
             return (self.threads == 512 and self.w == 4 and all(wk.covers for wk in walks)
                     and Geometry(self.threads, 4).fits())
@@ -139,46 +150,89 @@ PTX_B = [0, 4]
 
 
 def warp_products(As: np.ndarray, Bs: np.ndarray, wm: int, wn: int, acc: np.ndarray) -> None:
-    """tg_products for one warp: acc[lane, nt, fragment] += the m16n8k8 products of its fragments."""
+    """tg_products for one warp: acc[lane, mt, nt, fragment] += the m16n8k8 products of its fragments."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
+    fm, fn = acc.shape[1:3]
     for k8 in range(0, As.shape[1], 8):
-        a = np.zeros((16, 8))  # the A tile the registers assemble, placed as the PTX layout places them
-        for (dr, dk), (pr, pc) in zip(CODE_A_READS, PTX_A):
-            a[g + pr, q + pc] = As[wm + g + dr, k8 + q + dk]
-        for nt in range(2):
-            b = np.zeros((8, 8))  # B (k x n)
-            for dk, pk in zip(CODE_B_READS, PTX_B):
-                b[q + pk, g] = Bs[wn + nt * 8 + g, k8 + q + dk]
-            d = a @ b
-            acc[:, nt, 0] += d[g, 2 * q]
-            acc[:, nt, 1] += d[g, 2 * q + 1]
-            acc[:, nt, 2] += d[g + 8, 2 * q]
-            acc[:, nt, 3] += d[g + 8, 2 * q + 1]
+        for mt in range(fm):
+            a = np.zeros((16, 8))  # the A tile the registers assemble, placed as the PTX layout places them
+            for (dr, dk), (pr, pc) in zip(CODE_A_READS, PTX_A):
+                a[g + pr, q + pc] = As[wm + 16 * mt + g + dr, k8 + q + dk]
+            for nt in range(fn):
+                b = np.zeros((8, 8))  # B (k x n)
+                for dk, pk in zip(CODE_B_READS, PTX_B):
+                    b[q + pk, g] = Bs[wn + nt * 8 + g, k8 + q + dk]
+                d = a @ b
+                acc[:, mt, nt, 0] += d[g, 2 * q]
+                acc[:, mt, nt, 1] += d[g, 2 * q + 1]
+                acc[:, mt, nt, 2] += d[g + 8, 2 * q]
+                acc[:, mt, nt, 3] += d[g + 8, 2 * q + 1]
+
+
+class Cursor:
+    """TgCursor: chunk c of the block at (m0, n0); `advance` moves to the next step (blocks along n, then m) and
+    says whether it began a new row of blocks."""
+
+    def __init__(self, geo: Geometry, N: int, chunks: int):
+        self.geo, self.N, self.chunks = geo, N, chunks
+        self.m0 = self.n0 = self.c = 0
+
+    def advance(self) -> bool:
+        self.c += 1
+        if self.c < self.chunks:
+            return False
+        self.c, self.n0 = 0, self.n0 + self.geo.n
+        if self.n0 < self.N:
+            return False
+        self.n0, self.m0 = 0, self.m0 + self.geo.m
+        return True
 
 
 def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
-    """tiled_gemm: every block of outputs, chunk by chunk, then each lane's stores."""
+    """tiled_gemm: one stream of steps over the blocks and their chunks, each step's chunk staged
+    TILED_GEMM_STAGES - 1 steps ahead by the loader's cursor (A's rows those of the last start_rows, called when
+    the loader begins a row of blocks), products by the compute cursor, and a block's stores at its last chunk."""
+    chunks = -(-K // geo.k_chunk)
+    steps = -(-M // geo.m) * -(-N // geo.n) * chunks
+    load, at = Cursor(geo, N, chunks), Cursor(geo, N, chunks)
+    rows_m0 = 0  # ops.start_rows(0)
+    staged = {}
+
+    def stage(j):
+        nonlocal rows_m0
+        if j < steps:
+            staged[j % TILED_GEMM_STAGES] = stage_chunk(geo, ops, rows_m0, load.n0, load.c * geo.k_chunk)
+            if load.advance():
+                rows_m0 = load.m0
+
+    for j in range(TILED_GEMM_STAGES - 1):
+        stage(j)
+    acc = np.zeros((geo.warps, 32, geo.fm, geo.fn, 4))
+    for j in range(steps):
+        As, Bs = staged[j % TILED_GEMM_STAGES]  # read before the copy into the stage TILED_GEMM_STAGES - 1 ahead
+        stage(j + TILED_GEMM_STAGES - 1)
+        for w in range(geo.computing):
+            warp_products(As, Bs, *geo.warp_origin(w), acc[w])
+        if at.c + 1 == chunks:
+            store_block(geo, ops, at.m0, at.n0, M, N, acc)
+            acc[:] = 0
+        at.advance()
+
+
+def store_block(geo: Geometry, ops, m0: int, n0: int, M: int, N: int, acc: np.ndarray) -> None:
+    """tg_store for each computing warp: fragment c0, c1 of (mt, nt) at row m0 + wm + 16 mt + g, c2, c3 8 below."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
-    for m0 in range(0, M, geo.m):
-        for n0 in range(0, N, geo.n):
-            acc = np.zeros((geo.warps, 32, 2, 4))
-            for k0 in range(0, K, geo.k_chunk):
-                As, Bs = stage_chunk(geo, ops, m0, n0, k0)
-                for w in range(geo.warps):
-                    if w < geo.computing:
-                        warp_products(As, Bs, *geo.warp_origin(w), acc[w])
-            for w in range(geo.warps):
-                if w >= geo.computing:
-                    continue
-                wm, wn = geo.warp_origin(w)
-                for nt in range(2):
-                    for c in range(2):
-                        n = n0 + wn + nt * 8 + 2 * q + c
-                        for row, frag in ((m0 + wm + g, c), (m0 + wm + g + 8, 2 + c)):
-                            keep = (n < N) & (row < M)
-                            ops.store(row[keep], n[keep], acc[w, keep, nt, frag])
+    for w in range(geo.computing):
+        wm, wn = geo.warp_origin(w)
+        for mt in range(geo.fm):
+            for nt in range(geo.fn):
+                for c in range(2):
+                    n = n0 + wn + nt * 8 + 2 * q + c
+                    for row, frag in ((m0 + wm + 16 * mt + g, c), (m0 + wm + 16 * mt + g + 8, 2 + c)):
+                        keep = (n < N) & (row < M)
+                        ops.store(row[keep], n[keep], acc[w, keep, mt, nt, frag])
 
 
 def epilogue_offsets(e: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
@@ -211,7 +265,9 @@ class ConvOps:
     """ConvTileOps<W> over x [sessions, c_in, L], w [c_out, c_in, KW]; out [sessions, c_out * T]; W = 4 where
     conv_copies_vectorize holds (``vectorizes``), given the geometry's width. ``extra``: the epilogue's residual,
     its shape the output's [..., C, T] of any rank (leading dims 1), stepped from one channel to the next along
-    dim rank - 2 (ConvTileOps::channel_steps)."""
+    dim rank - 2 (ConvTileOps::channel_steps). A's rows as ConvRowsA reads them: where T divides the walk's row
+    step (``whole_sessions``), copy 0's session and window and a session step a copy, else each copy's own;
+    ``walks`` counts the blocks' walks of each kind."""
 
     along_k = True
 
@@ -223,6 +279,7 @@ class ConvOps:
         self.w = w.reshape(w.shape[0], -1).reshape(-1)[u0 * self.K:]  # the tile's first channel's weights
         self.stride, self.pad, self.dil, self.s0, self.u0 = stride, pad, dil, s0, u0
         self.M, self.U = (s1 - s0) * self.T, u1 - u0
+        self.walks = {}
 
     def vectorizes(self) -> bool:
         """conv_copies_vectorize (the arrays here are 16-byte aligned, x's sessions c_in x L floats apart)."""
@@ -235,9 +292,19 @@ class ConvOps:
         wa = geo.walk_a
         m, k = m0 + wa.row, k0 + wa.col
         channel, tap = k // self.KW, k % self.KW
-        pos = (m % self.T) * self.stride - self.pad + tap * self.dil
+        whole_sessions = wa.row_step % self.T == 0
+        self.walks[whole_sessions] = self.walks.get(whole_sessions, 0) + 1
+        session_floats = self.x.shape[1]
+        if whole_sessions:
+            m_first = m[:, :1]
+            window = m_first % self.T * self.stride - self.pad
+            row = ((self.s0 + m_first // self.T) * session_floats
+                   + np.arange(wa.copies)[None, :] * (wa.row_step // self.T * session_floats))
+        else:
+            window = m % self.T * self.stride - self.pad
+            row = (self.s0 + np.where(m < self.M, m // self.T, 0)) * session_floats
+        pos = window + tap * self.dil
         valid = (m < self.M) & (k < self.K) & (pos >= 0) & (pos < self.L)
-        row = (self.s0 + np.where(m < self.M, m // self.T, 0)) * self.x.shape[1]
         return row + channel * self.L + pos, np.where(valid, geo.w, 0), self.x.reshape(-1)
 
     def b_sources(self, geo, n0, k0):
@@ -350,13 +417,24 @@ def test_the_tall_block_runs_at_512_threads_and_its_walks_cover_each_chunk_once(
     assert not any(Geometry(t, w, TALL_WARPS_M).fits() for t, w in ((512, 1), (256, 4), (1024, 4), (128, 4)))
 
 
-@pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("w", [1, 4])
+def test_the_big_block_runs_at_512_threads_and_its_walks_cover_each_chunk_once(w):
+    """TgBig (128 x 64 of 32 x 16 warp tiles, chunks of 32, every warp computing) at 512 threads, one float or
+    four a copy: its walks tile each chunk exactly; no other block size runs it."""
+    geo = Geometry(512, w, **BIG_BLOCK)
+    assert (geo.m, geo.n, geo.k_chunk, geo.computing) == (128, 64, 32, 16) and geo.fits()
+    assert_walks_cover_each_chunk_once(geo)
+    assert not any(Geometry(t, w, **BIG_BLOCK).fits() for t in (128, 256, 1024))
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5, 9, 32])
 def test_the_stage_ring_never_overwrites_a_chunk_before_every_warp_is_done_with_it(chunks):
-    """tiled_gemm's schedule of one block of outputs, chunk by chunk: chunks 0 .. kTgStages - 2 are copied
-    first; at chunk c a thread waits until at most kTgStages - 2 of its groups (one a chunk) are in flight, the
-    block meets at the barrier, the thread copies chunk c + kTgStages - 1 into its stage, and the warps read
-    chunk c's. Every chunk has landed when read, and a stage is copied into only after the barrier that
-    follows every read of the chunk before it; after the block's closing barrier no copy is in flight."""
+    """tiled_gemm's stream of steps (``chunks`` here: a chunk of one block each, the blocks' bounds no
+    different): steps 0 .. kTgStages - 2 are copied first; at step c a thread waits until at most kTgStages - 2
+    of its groups (one a step) are in flight, the block meets at the barrier, the thread copies step
+    c + kTgStages - 1 into its stage, and the warps read step c's. Every chunk has landed when read, and a stage
+    is copied into only after the barrier that follows every read of the chunk before it; after the closing
+    barrier no copy is in flight."""
     stages = TILED_GEMM_STAGES
     in_stage, groups = {}, []  # stage -> chunk it holds; every committed group, oldest first (None: empty)
     last_read = {}  # chunk -> the barrier count after which it was last read
@@ -382,20 +460,23 @@ def test_the_stage_ring_never_overwrites_a_chunk_before_every_warp_is_done_with_
     assert all(g is None for g in groups[len(groups) - (stages - 2):]), "a copy in flight after the last chunk"
 
 
-@pytest.mark.parametrize("threads, warps_m", [(512, 4), (256, 4), (512, TALL_WARPS_M)])
-def test_the_fragment_reads_hit_32_distinct_banks(threads, warps_m):
+@pytest.mark.parametrize("threads, block", [(512, {}), (256, {}), (512, {"warps_m": TALL_WARPS_M}), (512, BIG_BLOCK)],
+                         ids=["wide-512", "wide-256", "tall", "big"])
+def test_the_fragment_reads_hit_32_distinct_banks(threads, block):
     """tg_products' reads of A and of B in both layouts: each register's read by the warp's 32 lanes hits
-    every bank once, for every computing warp and k8 step (the pitches kTgLd and kLdN are chosen for it)."""
-    geo = Geometry(threads, 4, warps_m)
+    every bank once, for every computing warp, fragment and k8 step (the pitches kLd and kLdN are chosen for
+    it)."""
+    geo = Geometry(threads, 4, **block)
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     for warp in range(geo.computing):
         wm, wn = geo.warp_origin(warp)
         for k8 in range(0, geo.k_chunk, 8):
-            for dr, dk in CODE_A_READS:
-                assert len(set(((wm + g + dr) * geo.ld + k8 + q + dk) % 32)) == 32
+            for mt in range(geo.fm):
+                for dr, dk in CODE_A_READS:
+                    assert len(set(((wm + 16 * mt + g + dr) * geo.ld + k8 + q + dk) % 32)) == 32
             for along_k in (True, False):
-                for nt in range(2):
+                for nt in range(geo.fn):
                     for dk in CODE_B_READS:
                         assert len(set(geo.b_offset(along_k, wn + nt * 8 + g, k8 + q + dk) % 32)) == 32
 
@@ -403,11 +484,12 @@ def test_the_fragment_reads_hit_32_distinct_banks(threads, warps_m):
 @pytest.mark.parametrize("threads", [128, 256, 512, 384, 1024])
 def test_the_launch_gives_the_kernel_its_staging(threads):
     """codegen.gemm_smem_bytes (the launch's dynamic shared memory) against this mirror's stages: those of the
-    larger block where the tiled GEMM runs (TgTall's at 512 threads), else the streaming GEMMs' threads x 8
+    largest block where the tiled GEMM runs (TgTall's at 512 threads), else the streaming GEMMs' threads x 8
     floats, within the H200's 227 KB."""
-    blocks = [g for g in (Geometry(threads), Geometry(threads, 4, TALL_WARPS_M)) if g.fits()]
+    blocks = [g for g in (Geometry(threads), Geometry(threads, 4, TALL_WARPS_M), Geometry(threads, 4, **BIG_BLOCK))
+              if g.fits()]
     stage = max((g.stage_floats for g in blocks), default=0)
-    assert all(g.stage_floats == tiled_gemm_stage_floats(threads, g.warps_m) for g in blocks)
+    assert all(g.stage_floats == tiled_gemm_stage_floats(threads, g.warps_m, g.fm, g.fn, g.k_chunk) for g in blocks)
     want = max(TILED_GEMM_STAGES * stage, threads * 8) if Geometry(threads).fits() else threads * 8
     assert gemm_smem_floats(threads) == want
     assert 4 * want <= 227 * 1024
@@ -433,16 +515,21 @@ def conv_case(c_in, c_out, L, KW, stride, pad, sessions, seed=3):
 @pytest.mark.parametrize("threads", [512, 256])
 def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride, pad, sessions, tiles, threads):
     """One float a copy, and four where conv_copies_vectorize holds (the STFT's shape and conv-frames': each
-    4-float piece of k lies wholly inside x or wholly in its padding, stage_chunk checks their alignment)."""
+    4-float piece of k lies wholly inside x or wholly in its padding, stage_chunk checks their alignment); A's
+    rows whole sessions apart (T of 1 and 4) or not (conv-frames' 17)."""
     x, w, bias, want = conv_case(c_in, c_out, L, KW, stride, pad, sessions)
     T = want.shape[2]
     widths = [1, 4] if ConvOps(x, w, bias, stride, pad, 1, 0, 1, 0, 1, np.zeros((1, c_out * T))).vectorizes() else [1]
     assert (len(widths) == 2) == (KW % 4 == 0)
-    for width in widths:
+    blocks = [Geometry(threads, width) for width in widths]
+    if 4 in widths and threads == 512:
+        blocks.append(Geometry(threads, 4, **BIG_BLOCK))  # conv_tiled takes TgBig on 16-byte copies only
+    for geo in blocks:
         got = np.full((sessions, c_out * T), np.nan)
         for s0, s1, u0, u1 in tiles:
             ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got)
-            tiled_gemm(Geometry(threads, width), ops, ops.M, ops.U, ops.K)
+            tiled_gemm(geo, ops, ops.M, ops.U, ops.K)
+            assert set(ops.walks) == {geo.walk_a.row_step % T == 0}
         np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
 
 
@@ -459,11 +546,11 @@ def test_a_tiled_conv_epilogue_reads_its_residual_at_every_rank(lead, transposed
     stored = np.swapaxes(r, 1, 2) if transposed else r
     strides = (1, c_out) if transposed else (T, 1)
     extra = Extra(np.ascontiguousarray(stored).reshape(sessions, -1), (1,) * lead + (c_out, T), (0,) * lead + strides)
-    for width in (1, 4):
+    for geo in (Geometry(512, 1), Geometry(512, 4), Geometry(512, 4, **BIG_BLOCK)):
         got = np.full((sessions, c_out * T), np.nan)
         for s0, s1, u0, u1 in [(0, 21, 0, 20), (0, 21, 20, 36)]:
             ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got, extra)
-            tiled_gemm(Geometry(512, width), ops, ops.M, ops.U, ops.K)
+            tiled_gemm(geo, ops, ops.M, ops.U, ops.K)
         np.testing.assert_allclose(got.reshape(sessions, c_out, T), conv + r, rtol=1e-9, atol=1e-12)
 
 
@@ -485,14 +572,16 @@ def test_a_tiled_matmul_epilogue_reads_its_residual_along_the_row():
     np.testing.assert_allclose(got[:33], want[:33], rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("threads, w, warps_m", [(512, 1, 4), (512, 4, 4), (256, 4, 4), (128, 4, 4), (1024, 1, 4),
-                                                 (512, 4, TALL_WARPS_M)])
+@pytest.mark.parametrize("threads, w, block", [(512, 1, {}), (512, 4, {}), (256, 4, {}), (128, 4, {}), (1024, 1, {}),
+                                               (512, 4, {"warps_m": TALL_WARPS_M}), (512, 1, BIG_BLOCK),
+                                               (512, 4, BIG_BLOCK)],
+                         ids=["wide-512-1", "wide-512-4", "wide-256", "wide-128", "wide-1024", "tall", "big-1", "big-4"])
 @pytest.mark.parametrize("nk", [False, True], ids=["b-kn", "b-nk"])
 @pytest.mark.parametrize("tiles", [
     [(0, 70, 0, 1, 0, 40), (0, 70, 0, 1, 40, 130)],  # parts of one row (the LSTM's gates), ragged columns
     [(0, 33, 0, 3, 0, 130)],                         # whole rows: M = sessions x rows
 ])
-def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w, warps_m):
+def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w, block):
     """K = 75 and 130 columns: a 16-byte copy's last piece of a row is partly outside (floats_inside), so the
     rows are padded to a multiple of 4 floats, and the sessions' a apart by a padded stride, as the kernel's
     alignment check asks."""
@@ -502,7 +591,7 @@ def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w, warps_
     b = rng.standard_normal((K, N)) / np.sqrt(K)
     got = np.full((sessions, rows, N), np.nan)
     pad = {"lda": 76, "ldb": 76 if nk else 132, "session_pad": 8} if w == 4 else {"session_pad": 3}
-    geo = Geometry(threads, w, warps_m)
+    geo = Geometry(threads, w, **block)
     assert geo.fits()
     for s0, s1, row0, n_rows, col0, col1 in tiles:
         ops = MatmulOps(a, b, nk, s0, s1, row0, n_rows, col0, col1, got, **pad)

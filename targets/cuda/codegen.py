@@ -224,29 +224,31 @@ def prefetch_weights(profile_meta: dict) -> bool:
 TILED_GEMM_STAGES = 4  # kTgStages: chunks the tiled GEMM stages at once
 
 
-def tiled_gemm_stage_floats(threads: int, warps_m: int) -> int:
-    """Floats of one stage of the tiled GEMM's block of ``warps_m`` warps along m (TgBlock::kStageFloats): A
-    [16 warps_m, kTgLd] and B [kN, kTgLd] or [kTgK, kN + 8], kN = 16 (threads / 32 // warps_m)."""
-    tg_k = 64 if threads == 512 else 32
-    tg_n, ld = 16 * (threads // 32 // warps_m), tg_k + 4
-    return 16 * warps_m * ld + max(tg_n * ld, tg_k * (tg_n + 8))
+def tiled_gemm_stage_floats(threads: int, warps_m: int, fm: int = 1, fn: int = 2, k: int | None = None) -> int:
+    """Floats of one stage of the tiled GEMM's block of ``warps_m`` warps along m, each ``fm`` x ``fn`` m16n8
+    fragments, over chunks of ``k`` (default kTgK) (TgBlock::kStageFloats): A [kM, kLd] and B [kN, kLd] or
+    [k, kN + 8], kM = 16 fm warps_m, kN = 8 fn (threads / 32 // warps_m), kLd = k + 4."""
+    k = k or (64 if threads == 512 else 32)
+    m, n, ld = 16 * fm * warps_m, 8 * fn * (threads // 32 // warps_m), k + 4
+    return m * ld + max(n * ld, k * (n + 8))
 
 
 TALL_WARPS_M = 5  # TgTall: the 80 x 48 block the kernel runs at 512 threads
+BIG_BLOCK = dict(warps_m=4, fm=2, fn=2, k=32)  # TgBig: the 128 x 64 block of 32 x 16 warp tiles at 512 threads
 
 
 def gemm_smem_bytes(threads: int) -> int:
     """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks needs (it exports the number as
     GEMM_SMEM_SYMBOL, which the runtime launches with): the GEMM bodies' buffer (kGemmSmemFloats), the tiled
-    GEMM's TILED_GEMM_STAGES stages of its larger block (64 x kTgN, and at 512 threads the 80 x 48 TgTall) or the
-    streaming GEMMs' threads x 8 floats, the larger. The kernel's static_assert checks this number against
-    its own geometry, so the two cannot drift. 512 threads: 4 x 9,024 floats, 144,384 bytes, of the H200's
-    227 KB a block (CUDA C++ Programming Guide, compute capability 9.0)."""
+    GEMM's TILED_GEMM_STAGES stages of its largest block (64 x kTgN, and at 512 threads the 80 x 48 TgTall and
+    the 128 x 64 TgBig) or the streaming GEMMs' threads x 8 floats, the larger. The kernel's static_assert
+    checks this number against its own geometry, so the two cannot drift. 512 threads: 4 x 9,024 floats
+    (TgTall), 144,384 bytes, of the H200's 227 KB a block (CUDA C++ Programming Guide, compute capability 9.0)."""
     tg_k = 64 if threads == 512 else 32
     fits = threads % 128 == 0 and threads <= 1024 and 64 * tg_k % threads == 0
     stage = tiled_gemm_stage_floats(threads, 4)
     if threads == 512:
-        stage = max(stage, tiled_gemm_stage_floats(threads, TALL_WARPS_M))
+        stage = max(stage, tiled_gemm_stage_floats(threads, TALL_WARPS_M), tiled_gemm_stage_floats(threads, **BIG_BLOCK))
     streaming = threads * 8
     return 4 * (max(TILED_GEMM_STAGES * stage, streaming) if fits else streaming)
 
@@ -347,6 +349,7 @@ $protocol_marker
 // counter[signal_phase] (release).
 // Counters only grow; comparisons are wrap-safe, so a process may run for 2^32 beats and beyond.
 #include <stdint.h>
+#include <type_traits>
 
 $payload_struct
 
@@ -924,9 +927,9 @@ __device__ __noinline__ long long strided_offset(unsigned e, int rank, const lon
 // ---- The tiled GEMM (tensor cores) ------------------------------------------------------------------
 // A MATMUL or CONV task whose weight the cohort shares is, over its tile, one GEMM: rows m (a session, and
 // the row or time step inside it), columns n (output features or channels), k the reduction. Blocks of
-// kTgM x kTgN outputs step over k in chunks of kTgK staged in shared memory by cp.async, kTgStages - 1 chunks
-// in flight while the products of one run; each warp computes a 16 x 16 part with mma.sync m16n8k8 on TF32
-// operands, three products per step ("3xTF32": x = big + small, both rounded to TF32, and
+// outputs (TgBlock) step over k in chunks staged in shared memory by cp.async, kTgStages - 1 chunks in flight
+// while the products of one run; each warp computes its part with mma.sync m16n8k8 on TF32 operands, three
+// products per step ("3xTF32": x = big + small, both rounded to TF32, and
 // a b ~ a_big b_big + a_big b_small + a_small b_big, about fp32's accuracy: CUTLASS's 3xTF32 GEMM; Ootomo &
 // Yokota, IJHPCA 2022). Off (kTiledGemm = false), the lane-group bodies run every MATMUL and CONV.
 constexpr bool kTiledGemm = true;
@@ -935,23 +938,30 @@ constexpr bool kTiledGemm = true;
 constexpr int kTgM = 64, kTgK = kBlockThreads == 512 ? 64 : 32;
 // kTgStages: chunks staged at once (codegen.TILED_GEMM_STAGES).
 constexpr int kTgStages = $tg_stages;
-constexpr int kTgLd = kTgK + 4;  // staging row pitch (floats): fragment reads and k-contiguous stores miss bank conflicts
 constexpr int kTgWarps = (int)kBlockThreads / 32, kTgWarpsM = kTgM / 16, kTgN = 16 * (kTgWarps / kTgWarpsM);
 
-// A block of the tiled GEMM: WM warps along m by kTgWarps / WM along n, each computing 16 x 16 outputs (warps
-// past WM x kWarpsN only copy). TgBlock<kTgWarpsM> is the kTgM x kTgN block; TgBlock<5> (80 x 48 at 512
-// threads, 15 of the 16 warps computing) takes the tiles it runs in fewer blocks (tall_blocks_are_fewer: 65 to
-// 80 rows in one pass where kTgM-row blocks take two, each streaming the tile's weights again; duplex:1b's
-// largest GEMMs over a cohort of 132 to 160 sessions, halved). B's staged rows: kN of kTgLd floats when
-// k-contiguous, kTgK of kLdN when n-contiguous; kLdN = kN + 8 puts the fragment reads on banks 8q + g (kN 64)
-// or 24q + g (kN 48), 32 distinct either way.
-template <int WM>
+// A block of the tiled GEMM: WM warps along m by kTgWarps / WM along n, each computing FM x FN fragments of
+// m16n8 (16 FM x 8 FN outputs; warps past WM x kWarpsN only copy), over chunks of K k rows. TgBlock<kTgWarpsM>
+// is the kTgM x kTgN block of 16 x 16 warp tiles; TgBlock<5> (80 x 48 at 512 threads, 15 of the 16 warps
+// computing) takes the tiles it runs in fewer blocks (tall_blocks_are_fewer: 65 to 80 rows in one pass where
+// kTgM-row blocks take two, each streaming the tile's weights again; duplex:1b's largest GEMMs over a cohort of
+// 132 to 160 sessions, halved); TgBig (128 x 64 of 32 x 16 warp tiles, chunks of 32) the tiles it computes
+// with no more padding (big_blocks_pay): a warp reads 2 fragments of A and 2 of B a step for 4 products, where
+// the 16 x 16 tile reads 1 and 2 for 2, so a product costs 3/4 of the shared-memory reads and splits, and each
+// weight is staged once for 128 rows (32 x 32 warp tiles, half the reads, spilled 340 bytes a thread in the
+// tiled CONV: 64 accumulators beside the walk's state, ptxas). kLd = K + 4 pitches the staged rows of A and
+// of k-contiguous B (fragment reads on banks 4g + q, 32 distinct; k-contiguous copies 16-byte aligned); B's
+// staged rows are kN of kLd floats when k-contiguous, K of kLdN when n-contiguous; kLdN = kN + 8 puts the
+// fragment reads on banks 8q + g (kN 64) or 24q + g (kN 48), 32 distinct either way.
+template <int WM, int FM = 1, int FN = 2, int K = kTgK>
 struct TgBlock {
-  static constexpr int kWarpsM = WM, kWarpsN = kTgWarps / WM, kM = 16 * WM, kN = 16 * kWarpsN;
-  static constexpr int kLdN = kN + 8;
-  static constexpr int kStageFloats = kM * kTgLd + (kN * kTgLd > kTgK * kLdN ? kN * kTgLd : kTgK * kLdN);
+  static constexpr int kWarpsM = WM, kWarpsN = kTgWarps / WM, kFM = FM, kFN = FN;
+  static constexpr int kWarpRows = 16 * FM, kWarpCols = 8 * FN;
+  static constexpr int kM = kWarpRows * WM, kN = kWarpCols * kWarpsN, kK = K;
+  static constexpr int kLd = K + 4, kLdN = kN + 8;
+  static constexpr int kStageFloats = kM * kLd + (kN * kLd > kK * kLdN ? kN * kLd : kK * kLdN);
   template <bool kAlongK>
-  static constexpr int kLdB = kAlongK ? kTgLd : kLdN;  // the pitch of B's staged rows (n's, or k's)
+  static constexpr int kLdB = kAlongK ? kLd : kLdN;  // the pitch of B's staged rows (n's, or k's)
   template <bool kAlongK>
   static __device__ __forceinline__ unsigned b_offset(unsigned n, unsigned k) {
     return kAlongK ? n * kLdB<kAlongK> + k : k * kLdB<kAlongK> + n;
@@ -959,10 +969,11 @@ struct TgBlock {
 };
 using TgWide = TgBlock<kTgWarpsM>;
 using TgTall = TgBlock<5>;
+using TgBig = TgBlock<4, 2, 2, 32>;
 constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
 // How the block's threads copy a chunk of kRows rows of kUsed contiguous floats (A: kM rows of k; B: kN rows
-// of k when it is k-contiguous, kTgK rows of n when n-contiguous), W floats a copy (4: one 16-byte cp.async;
+// of k when it is k-contiguous, K rows of n when n-contiguous), W floats a copy (4: one 16-byte cp.async;
 // 1: one float): consecutive threads take consecutive W-float pieces of a row of kLen >= kUsed (a power of
 // two, so the pieces of a row divide the block's threads), so the reads coalesce and the shared-memory stores
 // are consecutive; copy i of thread t is at row t / (kLen / W) + i * kRowStep, and made only inside the chunk
@@ -978,23 +989,32 @@ struct TgWalk {
   static __device__ __forceinline__ bool copies(int i) { return kExact || (row(i) < kRows && col() < kUsed); }
 };
 template <int W, class Block = TgWide>
-using TgWalkA = TgWalk<W, Block::kM, kTgK>;
+using TgWalkA = TgWalk<W, Block::kM, Block::kK>;
 template <int W, bool kAlongK, class Block = TgWide>  // B's walk: rows n of k (k-contiguous), else rows k of n
-using TgWalkB = TgWalk<W, kAlongK ? Block::kN : kTgK, kAlongK ? kTgK : Block::kN>;
+using TgWalkB = TgWalk<W, kAlongK ? Block::kN : Block::kK, kAlongK ? Block::kK : Block::kN>;
 // Blocks of 128, 256, 512 or 1,024 threads tile the kTgM x kTgN outputs in warps of 16 x 16 and copy whole
 // chunks one float a copy (384 threads, say, would leave rows of A uncopied); kTgVec: and 4 floats a copy.
 template <int W, class Block = TgWide>
 constexpr bool tg_walks_cover() {
   return TgWalkA<W, Block>::kCovers && TgWalkB<W, true, Block>::kCovers && TgWalkB<W, false, Block>::kCovers;
 }
-constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && tg_walks_cover<1>() &&
-                         TgWalkA<1>::kExact && TgWalkB<1, true>::kExact && TgWalkB<1, false>::kExact;
+template <int W, class Block = TgWide>
+constexpr bool tg_walks_exact() {
+  return tg_walks_cover<W, Block>() && TgWalkA<W, Block>::kExact && TgWalkB<W, true, Block>::kExact &&
+         TgWalkB<W, false, Block>::kExact;
+}
+constexpr bool kTgFits = kBlockThreads % 128 == 0 && kBlockThreads <= 1024 && tg_walks_exact<1>();
 constexpr bool kTgVec = kTgFits && tg_walks_cover<4>();
 // The tall block runs at the measured 512 threads, its tiles' copies 16 bytes wide (tile_copies_vectorize).
 // Switch: kTgTallRows = false leaves 65- to 80-row tiles to two passes of TgWide.
 constexpr bool kTgTallRows = true;
 constexpr bool kTgTallFits = kTgVec && kBlockThreads == 512 && tg_walks_cover<4, TgTall>();
 constexpr bool kTgTall = kTgTallRows && kTgTallFits;
+// The big block runs at 512 threads (the tiled CONV's on 16-byte copies only: conv_tiled). Switch: kTgBig = false
+// leaves every tile to TgWide and TgTall.
+constexpr bool kTgBig = true;
+constexpr bool kTgBigFits = kTgVec && kBlockThreads == 512 && tg_walks_exact<1, TgBig>() && tg_walks_exact<4, TgBig>();
+constexpr bool kTgBigOn = kTgBig && kTgBigFits;
 
 // x as the sum of two TF32 values (their low 13 mantissa bits zero): big, x rounded to TF32, and small, the
 // exact rest x - big rounded too, both to nearest even (cvt.rn: one F2FP in SASS; cvt.rna, ties away, is
@@ -1015,32 +1035,43 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// d += a b over one m16n8k8 step in 3xTF32, a given as its split (a_big + a_small) and b as the fragment's two
-// values: split too, or with kBTf32 (b's values are TF32 numbers: a MATMUL's b_tf32) used as they are, and
-// a_big x b_small, zero for them, skipped. The small terms first: they are added before the large one rounds.
+// A B fragment's two values for mma_3xtf32: split (big + small), or with kBTf32 (b's values are TF32 numbers:
+// a MATMUL's b_tf32) used as they are, their small parts zero and never read.
+template <bool kBTf32>
+struct BFragment {
+  unsigned big[2], small[2];
+  __device__ __forceinline__ BFragment(float b0, float b1) {
+    if constexpr (kBTf32) {
+      big[0] = __float_as_uint(b0);
+      big[1] = __float_as_uint(b1);
+    } else {
+      tf32_split(b0, big[0], small[0]);
+      tf32_split(b1, big[1], small[1]);
+    }
+  }
+};
+
+// d += a b over one m16n8k8 step in 3xTF32, a given as its split (a_big + a_small) and b as a BFragment;
+// a_big x b_small is skipped for kBTf32's. The small terms first: they are added before the large one rounds.
+template <bool kBTf32>
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big)[4], const unsigned (&a_small)[4],
+                                           const BFragment<kBTf32>& b) {
+  mma_tf32(d, a_small, b.big);
+  if constexpr (!kBTf32) mma_tf32(d, a_big, b.small);
+  mma_tf32(d, a_big, b.big);
+}
 template <bool kBTf32>
 __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big)[4], const unsigned (&a_small)[4],
                                            float b0, float b1) {
-  if constexpr (kBTf32) {
-    const unsigned b[2] = {__float_as_uint(b0), __float_as_uint(b1)};
-    mma_tf32(d, a_small, b);
-    mma_tf32(d, a_big, b);
-  } else {
-    unsigned b_big[2], b_small[2];
-    tf32_split(b0, b_big[0], b_small[0]);
-    tf32_split(b1, b_big[1], b_small[1]);
-    mma_tf32(d, a_small, b_big);
-    mma_tf32(d, a_big, b_small);
-    mma_tf32(d, a_big, b_big);
-  }
+  mma_3xtf32<kBTf32>(d, a_big, a_small, BFragment<kBTf32>(b0, b1));
 }
 
-// The tiled GEMM's staging: kTgStages chunks, each A[kM][kTgLd] then B, stored as it lies in memory:
-// [kN][kTgLd] when k-contiguous, [kTgK][kLdN] when n-contiguous (TgBlock). The fragment reads then hit 32
-// distinct banks (A and k-major B: 4g + q), and every pitch keeps 16-byte copies aligned.
+// The tiled GEMM's staging: kTgStages chunks, each A[kM][kLd] then B, stored as it lies in memory:
+// [kN][kLd] when k-contiguous, [kK][kLdN] when n-contiguous (TgBlock), for the largest block the kernel runs.
 constexpr int tg_stages_floats() {
-  const bool tall = kTgTallFits && TgTall::kStageFloats > TgWide::kStageFloats;
-  return kTgStages * (tall ? TgTall::kStageFloats : TgWide::kStageFloats);
+  const int tall = kTgTallFits ? TgTall::kStageFloats : 0, big = kTgBigFits ? TgBig::kStageFloats : 0;
+  const int wide = TgWide::kStageFloats;
+  return kTgStages * (wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big));
 }
 
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
@@ -1086,39 +1117,98 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// The warp's products of one staged chunk into acc[n8 tile][fragment] (rows wm.., columns wn..); kBTf32 as
-// mma_3xtf32's, kAlongK as TgBlock::b_offset's.
+// The warp's products of one staged chunk into acc[m16 tile][n8 tile][fragment] (rows wm.., columns wn..);
+// kBTf32 as mma_3xtf32's, kAlongK as TgBlock::b_offset's. Each fragment of B is split once for the warp's kFM
+// m16 tiles.
 template <bool kBTf32, bool kAlongK, class Block>
-__device__ __forceinline__ void tg_products(const float* stage, unsigned wm, unsigned wn, float (&acc)[2][4]) {
-  const float (*As)[kTgLd] = reinterpret_cast<const float (*)[kTgLd]>(stage);
-  const float* Bs = stage + Block::kM * kTgLd;
+__device__ __forceinline__ void tg_products(const float* stage, unsigned wm, unsigned wn,
+                                            float (&acc)[Block::kFM][Block::kFN][4]) {
+  constexpr int kLd = Block::kLd, FM = Block::kFM, FN = Block::kFN;
+  const float* Bs = stage + Block::kM * kLd;
   const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
 #pragma unroll
-  for (int k8 = 0; k8 < kTgK; k8 += 8) {
-    unsigned a_big[4], a_small[4];
-    tf32_split(As[wm + g][k8 + q], a_big[0], a_small[0]);
-    tf32_split(As[wm + g + 8][k8 + q], a_big[1], a_small[1]);
-    tf32_split(As[wm + g][k8 + q + 4], a_big[2], a_small[2]);
-    tf32_split(As[wm + g + 8][k8 + q + 4], a_big[3], a_small[3]);
+  for (int k8 = 0; k8 < Block::kK; k8 += 8) {
+    unsigned a_big[FM][4], a_small[FM][4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-      mma_3xtf32<kBTf32>(acc[nt], a_big, a_small, Bs[Block::template b_offset<kAlongK>(wn + nt * 8 + g, k8 + q)],
-                         Bs[Block::template b_offset<kAlongK>(wn + nt * 8 + g, k8 + q + 4)]);
+    for (int mt = 0; mt < FM; ++mt) {  // PTX order: (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4)
+      const float* a = stage + (wm + 16 * mt + g) * kLd + k8 + q;
+      tf32_split(a[0], a_big[mt][0], a_small[mt][0]);
+      tf32_split(a[8 * kLd], a_big[mt][1], a_small[mt][1]);
+      tf32_split(a[4], a_big[mt][2], a_small[mt][2]);
+      tf32_split(a[8 * kLd + 4], a_big[mt][3], a_small[mt][3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < FN; ++nt) {
+      const unsigned n = wn + nt * 8 + g;
+      const BFragment<kBTf32> b(Bs[Block::template b_offset<kAlongK>(n, k8 + q)],
+                                Bs[Block::template b_offset<kAlongK>(n, k8 + q + 4)]);
+#pragma unroll
+      for (int mt = 0; mt < FM; ++mt) mma_3xtf32<kBTf32>(acc[mt][nt], a_big[mt], a_small[mt], b);
+    }
+  }
+}
+
+// Where a walk of the tiled GEMM's steps stands: chunk c of the block of outputs at (m0, n0). Blocks go along
+// n, then m. `advance` moves to the next step and says whether it began a new row of blocks.
+struct TgCursor {
+  unsigned m0, n0, c;
+  template <class Block>
+  __device__ __forceinline__ bool advance(unsigned N, unsigned chunks) {
+    if (++c < chunks) return false;
+    c = 0;
+    n0 += Block::kN;
+    if (n0 < N) return false;
+    n0 = 0;
+    m0 += Block::kM;
+    return true;
+  }
+};
+
+// The warp's outputs of the block at (m0, n0), its m16 tiles' rows in turn: fragment c0, c1 of tile (mt, nt)
+// at row m0 + wm + 16 mt + g, columns 2q, 2q + 1 of the n8 tile; c2, c3 at the row 8 below. A row pair's
+// epilogue inputs are all loaded before any is evaluated, so that their round trips overlap.
+template <class Ops, int FM, int FN>
+__device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n0, unsigned wm, unsigned wn,
+                                         unsigned N, const float (&acc)[FM][FN][4], bool& error) {
+  const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
+  const unsigned n_first = n0 + wn + 2 * q;  // column n_first + 8 nt + c
+#pragma unroll
+  for (int mt = 0; mt < FM; ++mt) {
+    const unsigned m = m0 + wm + 16 * mt + g;
+    const typename Ops::Row rows[2] = {ops.row(m, error), ops.row(m + 8, error)};
+    EpilogueIn in[FN][2][2];
+#pragma unroll
+    for (int nt = 0; nt < FN; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          in[nt][c][h] = n_first + 8 * nt + c < N ? ops.gather(rows[h], n_first + 8 * nt + c, acc[mt][nt][2 * h + c])
+                                                  : EpilogueIn{acc[mt][nt][2 * h + c], 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < FN; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (n_first + 8 * nt + c < N) ops.put(rows[h], n_first + 8 * nt + c, in[nt][c][h], error);
   }
 }
 
 // The GEMM of one task's tile: out(m, n) = sum_k A(m, k) B(k, n) for m < M, n < N, k < K, through `ops`:
-//   ops.start_rows(m0)                      this thread's A rows of the block at m0 (TgWalkA's rows);
+//   ops.start_rows(m0)                      this thread's A rows of the blocks at m0 (TgWalkA's rows);
 //   ops.a_source(i, k0), ops.b_source(i, n0, k0)  where this thread's copy i of A and of B of the chunk at k0
 //                                           reads (CopySource: the floats inside the operand, the rest 0);
 //   ops.row(m, error) -> Ops::Row, ops.gather(row, n, sum) -> EpilogueIn, ops.put(row, n, in, error)  the
 //                                           output's bias and epilogue input loaded, then its value stored.
 // Ops::Block is the block's shape (TgBlock), Ops::kBAlongK which way B lies (TgWalkB, TgBlock::b_offset),
-// Ops::kVec the floats a copy; kBTf32, that B's values are TF32 numbers (tg_products). Chunks are copied
-// kTgStages - 1 ahead, so their loads' latency overlaps the products of the chunks before: a chunk of
-// duplex:1b's 32,000-column head took 2.45 us one chunk ahead in registers, ~1.7 us so, where its instructions
-// issue in ~0.6 us and its mma run in ~0.44 at the measured mma.sync rate (bench/mma_rate.py; bench/RESULTS.md
-// twelfth run). Every thread of the block calls it.
+// Ops::kVec the floats a copy; kBTf32, that B's values are TF32 numbers (tg_products). The tile is one stream
+// of steps, a chunk of one block each, and chunks are copied kTgStages - 1 steps ahead across the blocks'
+// bounds, so that a block's first chunks land while the block before computes and stores (Silero's LSTM
+// matmuls have 2 chunks a block: each block had waited for its first). A chunk of duplex:1b's 32,000-column
+// head took 2.45 us one chunk ahead in registers, ~1.7 us staged, where its instructions issue in ~0.6 us and
+// its mma run in ~0.44 at the measured mma.sync rate (bench/mma_rate.py; bench/RESULTS.md twelfth run). Every
+// thread of the block calls it.
 template <bool kBTf32, class Ops>
 __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& error) {
   constexpr bool kAlongK = Ops::kBAlongK;
@@ -1127,73 +1217,65 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
   using WalkA = TgWalkA<W, Block>;
   using WalkB = TgWalkB<W, kAlongK, Block>;
   float* const smem = gemm_smem();
-  const unsigned warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
-  const unsigned wm = warp % Block::kWarpsM * 16, wn = warp / Block::kWarpsM * 16;
+  const unsigned warp = threadIdx.x / 32;
+  const unsigned wm = warp % Block::kWarpsM * Block::kWarpRows, wn = warp / Block::kWarpsM * Block::kWarpCols;
   const bool computes = warp < (unsigned)(Block::kWarpsM * Block::kWarpsN);
-  const unsigned chunks = (K + kTgK - 1) / kTgK;
-  // Copies chunk c of the block at n0 into its stage (nothing past the last chunk) and closes the group, one a
-  // chunk, so that cp_async_wait<kTgStages - 2> at chunk c means c has landed.
-  auto stage = [&](unsigned n0, unsigned c) {
-    if (c < chunks) {
-      float* As = smem + c % kTgStages * Block::kStageFloats;
-      float* Bs = As + Block::kM * kTgLd;
+  const unsigned chunks = (K + Block::kK - 1) / Block::kK;
+  const unsigned steps = (M + Block::kM - 1) / Block::kM * ((N + Block::kN - 1) / Block::kN) * chunks;
+  // Copies step j's chunk (`load`'s) into stage j % kTgStages, nothing past the last step, and closes the group,
+  // one a step, so that cp_async_wait<kTgStages - 2> at step j means j has landed; then moves `load` on.
+  TgCursor load{0, 0, 0};
+  ops.start_rows(0);
+  auto stage = [&](unsigned j) {
+    if (j < steps) {
+      float* As = smem + j % kTgStages * Block::kStageFloats;
+      float* Bs = As + Block::kM * Block::kLd;
+      const unsigned k0 = load.c * Block::kK;
 #pragma unroll
       for (int i = 0; i < WalkA::kCopies; ++i)
-        if (WalkA::copies(i)) cp_async<W>(As + WalkA::row(i) * kTgLd + WalkA::col(), ops.a_source(i, c * kTgK));
+        if (WalkA::copies(i)) cp_async<W>(As + WalkA::row(i) * Block::kLd + WalkA::col(), ops.a_source(i, k0));
 #pragma unroll
       for (int i = 0; i < WalkB::kCopies; ++i)
         if (WalkB::copies(i))
-          cp_async<W>(Bs + WalkB::row(i) * Block::template kLdB<kAlongK> + WalkB::col(), ops.b_source(i, n0, c * kTgK));
+          cp_async<W>(Bs + WalkB::row(i) * Block::template kLdB<kAlongK> + WalkB::col(), ops.b_source(i, load.n0, k0));
+      if (load.template advance<Block>(N, chunks)) ops.start_rows(load.m0);
     }
     cp_async_commit();
   };
-  for (unsigned m0 = 0; m0 < M; m0 += Block::kM) {
-    ops.start_rows(m0);
-    for (unsigned n0 = 0; n0 < N; n0 += Block::kN) {
-      float acc[2][4] = {};
+  float acc[Block::kFM][Block::kFN][4] = {};
+  TgCursor at{0, 0, 0};
 #pragma unroll 1
-      for (unsigned c = 0; c + 1 < kTgStages; ++c) stage(n0, c);
+  for (unsigned j = 0; j + 1 < kTgStages; ++j) stage(j);
 #pragma unroll 1
-      for (unsigned c = 0; c < chunks; ++c) {
-        cp_async_wait<kTgStages - 2>();
-        __syncthreads();  // chunk c is staged by every thread, and every warp is done with chunk c - 1's stage
-        stage(n0, c + kTgStages - 1);
-        // A chunk's products are summed by the tensor cores from zero, and the partial sum added to acc in fp32
-        // (round to nearest): their accumulator truncates (Fasi et al., PeerJ CS 7:e330, 2021), a bias that
-        // grows with each step it keeps (DeepSeek-V3 report, arXiv 2412.19437, 3.3.2: "promotion" to CUDA
-        // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
-        // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
-        float part[2][4] = {};
-        if (computes) tg_products<kBTf32, kAlongK, Block>(smem + c % kTgStages * Block::kStageFloats, wm, wn, part);
+  for (unsigned j = 0; j < steps; ++j) {
+    cp_async_wait<kTgStages - 2>();
+    __syncthreads();  // step j is staged by every thread, and every warp is done with step j - 1's stage
+    stage(j + kTgStages - 1);
+    // A chunk's products are summed by the tensor cores from zero, and the partial sum added to acc in fp32
+    // (round to nearest): their accumulator truncates (Fasi et al., PeerJ CS 7:e330, 2021), a bias that
+    // grows with each step it keeps (DeepSeek-V3 report, arXiv 2412.19437, 3.3.2: "promotion" to CUDA
+    // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
+    // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
+    float part[Block::kFM][Block::kFN][4] = {};
+    if (computes) tg_products<kBTf32, kAlongK, Block>(smem + j % kTgStages * Block::kStageFloats, wm, wn, part);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+    for (int mt = 0; mt < Block::kFM; ++mt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[nt][i] += part[nt][i];
-      }
-      __syncthreads();  // the stages are free for the next block's copies, or the block's next task
-      if (!computes) continue;  // a copying warp holds no outputs
-      // Fragment c0, c1 of n8 tile nt: row g, columns 2q, 2q + 1; c2, c3: row g + 8. Every output's epilogue
-      // inputs are loaded before any is evaluated, so that their round trips overlap.
-      const typename Ops::Row rows[2] = {ops.row(m0 + wm + g, error), ops.row(m0 + wm + g + 8, error)};
-      const unsigned n_first = n0 + wn + 2 * q;  // column n_first + 8 nt + c
-      EpilogueIn in[2][2][2];
+      for (int nt = 0; nt < Block::kFN; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
+    if (at.c + 1 == chunks) {  // the block's last chunk: its outputs, while the next blocks' chunks land
+      if (computes) tg_store(ops, at.m0, at.n0, wm, wn, N, acc, error);
 #pragma unroll
-        for (int c = 0; c < 2; ++c)
+      for (int mt = 0; mt < Block::kFM; ++mt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            in[nt][c][h] = n_first + 8 * nt + c < N ? ops.gather(rows[h], n_first + 8 * nt + c, acc[nt][2 * h + c])
-                                                    : EpilogueIn{acc[nt][2 * h + c], 0.0f};
+        for (int nt = 0; nt < Block::kFN; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (n_first + 8 * nt + c < N) ops.put(rows[h], n_first + 8 * nt + c, in[nt][c][h], error);
+          for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
     }
+    at.template advance<Block>(N, chunks);
   }
+  __syncthreads();  // the stages are free for the block's next task
 }
 
 // A MATMUL tile whose b is one matrix for all of the tile's rows: b shared by the cohort (session stride 0) or
@@ -1403,6 +1485,18 @@ __device__ __forceinline__ unsigned tg_blocks(unsigned M, unsigned N) {
 __device__ __forceinline__ bool tall_blocks_are_fewer(unsigned M, unsigned N) {
   return kTgTall && tg_blocks<TgTall>(M, N) < tg_blocks<TgWide>(M, N);
 }
+// The outputs Block's blocks compute for an M x N tile, their padding included.
+template <class Block>
+__device__ __forceinline__ unsigned long long tg_outputs(unsigned M, unsigned N) {
+  return (unsigned long long)tg_blocks<Block>(M, N) * (Block::kM * Block::kN);
+}
+// Whether TgBig runs an M x N tile: its blocks compute no more outputs than TgWide's, nor than TgTall's where
+// those are fewer (duplex:1b's 72 x 88 tiles stay on TgTall). Silero at 4,096 sessions: its LSTM matmuls'
+// 125 x 128 tiles and its STFT's 128 x 258.
+__device__ __forceinline__ bool big_blocks_pay(unsigned M, unsigned N) {
+  const unsigned long long big = tg_outputs<TgBig>(M, N);
+  return kTgBigOn && big <= tg_outputs<TgWide>(M, N) && (!tall_blocks_are_fewer(M, N) || big <= tg_outputs<TgTall>(M, N));
+}
 
 // Not inlined: each of the six has the kernel's register budget to itself (inlined in matmul_gemm_body, their
 // spills summed to 2,424 bytes of reloads, ptxas). The tall block's choice is made in here too: made in
@@ -1410,15 +1504,15 @@ __device__ __forceinline__ bool tall_blocks_are_fewer(unsigned M, unsigned N) {
 // streaming GEMM's 36 -> 52 bytes, ptxas).
 template <bool kAlongK, int W, bool kBTf32>
 __device__ __noinline__ void tiled_matmul(const MatmulTile& tile, const Epilogue& ep, bool& error) {
-  if constexpr (W == 4 && kTgTall) {
-    if (tall_blocks_are_fewer(tile.M, tile.n_cols)) {
-      MatmulTileOps<TgTall, kAlongK, W> ops(tile, ep);
-      tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
-      return;
-    }
-  }
-  MatmulTileOps<TgWide, kAlongK, W> ops(tile, ep);
-  tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
+  auto run = [&](auto block) {
+    MatmulTileOps<decltype(block), kAlongK, W> ops(tile, ep);
+    tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
+  };
+  if constexpr (kTgBigOn)
+    if (big_blocks_pay(tile.M, tile.n_cols)) return run(TgBig{});
+  if constexpr (W == 4 && kTgTall)
+    if (tall_blocks_are_fewer(tile.M, tile.n_cols)) return run(TgTall{});
+  run(TgWide{});
 }
 
 // ---- The weight-streaming GEMM (small M) -----------------------------------------------------------
@@ -2050,18 +2144,55 @@ __device__ __forceinline__ bool conv1d_short(float (&acc)[kConvSessions], const 
   }
 }
 
+// Where a thread's copies of the tiled CONV's A read x: copy i's row m = m0 + WalkA::row(i) is session m / T's
+// time step m % T, whose window starts at (m % T) * stride - pad. kWholeSessions: T divides the walk's row
+// step, so the copies' rows are whole sessions apart in the same time step: one pointer, one window start and
+// a session step, where the general case holds a pointer and a start a copy (a one-float walk's 8 copies: 24
+// registers, which beside TgBig's accumulators spilled).
+template <class WalkA, bool kWholeSessions>
+struct ConvRowsA {
+  const float* xrow[WalkA::kCopies];  // the rows' sessions' x (the first session's past M, never read)
+  int pos0[WalkA::kCopies];
+  __device__ __forceinline__ void start(OperandView x, unsigned s0, unsigned M, unsigned T, int stride, int pad,
+                                        unsigned m0) {
+#pragma unroll
+    for (int i = 0; i < WalkA::kCopies; ++i) {
+      const unsigned m = m0 + WalkA::row(i);
+      xrow[i] = x.at(s0 + (m < M ? m / T : 0), 0);
+      pos0[i] = (int)(m % T) * stride - pad;
+    }
+  }
+  __device__ __forceinline__ const float* row(int i) const { return xrow[i]; }
+  __device__ __forceinline__ int window(int i) const { return pos0[i]; }
+};
+template <class WalkA>
+struct ConvRowsA<WalkA, true> {
+  const float* x0;  // copy 0's session's x
+  long long step;   // floats from one copy's session to the next's
+  int pos0;
+  __device__ __forceinline__ void start(OperandView x, unsigned s0, unsigned M, unsigned T, int stride, int pad,
+                                        unsigned m0) {
+    const unsigned m = m0 + WalkA::row(0);
+    x0 = x.at(s0 + m / T, 0);  // past M only with every copy's row past it: never read
+    step = (long long)(WalkA::kRowStep / T) * (long long)(x.sstride / sizeof(float));
+    pos0 = (int)(m % T) * stride - pad;
+  }
+  __device__ __forceinline__ const float* row(int i) const { return x0 + i * step; }
+  __device__ __forceinline__ int window(int) const { return pos0; }
+};
+
 // The tiled CONV: a 1-D, ungrouped, single-image CONV whose weights the cohort shares, over a tile of whole
 // channels, as a GEMM (tiled_gemm): rows m = (session, t), columns the tile's channels, k = (input channel,
 // tap); A(m, k) is gathered from x (0 outside the padded input), B(k, n) is the weight w[channel, k]. W: the
 // floats a copy moves, 4 where conv_copies_vectorize holds (every 4-float piece of k is 4 taps of one channel,
 // contiguous in x and wholly inside or outside it: an STFT's frames), else 1.
-template <int W>
+template <int W, class TBlock, bool kWholeSessions>
 struct ConvTileOps {
-  using Block = TgWide;
+  using Block = TBlock;
   static constexpr bool kBAlongK = true;  // a channel's weights are contiguous in k
   static constexpr int kVec = W;
-  using WalkA = TgWalkA<W>;
-  using WalkB = TgWalkB<W, true>;
+  using WalkA = TgWalkA<W, Block>;
+  using WalkB = TgWalkB<W, true, Block>;
   struct Row {
     unsigned s, t;
     long long extra_off[kMaxInputs - 1];  // the epilogue's extras' offsets at the row's first channel (Epilogue::offsets)
@@ -2073,9 +2204,8 @@ struct ConvTileOps {
   OperandView x, out, bias;
   const float* w;  // the tile's first channel's weights
   const Epilogue& ep;
-  const float* xrow[WalkA::kCopies];  // this thread's A rows: their session's x (the first session's past M, never read)
-  int pos0[WalkA::kCopies];           // and where their time step's window starts (t * stride - pad)
-  unsigned rows_in;                   // bit i: A row i lies inside the tile
+  ConvRowsA<WalkA, kWholeSessions> rows_a;  // this thread's A rows
+  unsigned rows_in;                         // bit i: A row i lies inside the tile
 
   // An epilogue naming more extras than the task has slots sets `error`, and its rows store nothing.
   __device__ __forceinline__ Row row(unsigned m, bool& error) const {
@@ -2093,23 +2223,19 @@ struct ConvTileOps {
     ep.dim_strides(ep.rank - 2, step);
   }
   __device__ __forceinline__ void start_rows(unsigned m0) {
+    rows_a.start(x, session_begin, M, T, stride, pad, m0);
     rows_in = 0;
 #pragma unroll
-    for (int i = 0; i < WalkA::kCopies; ++i) {
-      const unsigned m = m0 + WalkA::row(i);
-      xrow[i] = x.at(session_begin + (m < M ? m / T : 0), 0);
-      pos0[i] = (int)(m % T) * stride - pad;
-      rows_in |= (unsigned)(m < M) << i;
-    }
+    for (int i = 0; i < WalkA::kCopies; ++i) rows_in |= (unsigned)(m0 + WalkA::row(i) < M) << i;
   }
   // k's input channel and tap are the same for each copy i of a chunk: computed outside the copy's predicate,
   // one division a chunk (under it, each copy repeated the quotient's fix-up, nvdisasm). Outside the padded
   // input the copy reads nothing (CopySource), so its address is not clamped.
   __device__ __forceinline__ CopySource a_source(int i, unsigned k0) const {
     const unsigned k = k0 + WalkA::col(), channel = k / KW, tap = k - channel * KW;
-    const int pos = pos0[i] + (int)tap * dil;
+    const int pos = rows_a.window(i) + (int)tap * dil;
     const bool valid = (rows_in >> i & 1) && k < K && pos >= 0 && pos < (int)L;
-    return {xrow[i] + (int)(channel * L) + pos, valid ? (unsigned)W : 0u};
+    return {rows_a.row(i) + (int)(channel * L) + pos, valid ? (unsigned)W : 0u};
   }
   __device__ __forceinline__ CopySource b_source(int i, unsigned n0, unsigned k0) const {
     const unsigned n = n0 + WalkB::row(i), k = k0 + WalkB::col();
@@ -2149,18 +2275,27 @@ __device__ __forceinline__ bool conv_copies_vectorize(const long long* __restric
          reinterpret_cast<uintptr_t>(x.base) % 16 == 0 && x.sstride % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-// The tiled CONV of a task conv_tiles_as_gemm takes, W floats a copy. Not inlined: each width has the kernel's
-// register budget to itself (inlined side by side, their spill loads 60 -> 128 bytes, ptxas).
+// The tiled CONV of a task conv_tiles_as_gemm takes, W floats a copy: on TgBig where it pays and the copies'
+// rows are whole sessions apart (ConvRowsA: with a pointer and a window a copy, a one-float walk's 8 beside
+// TgBig's 32 accumulators spilled 340 bytes a thread, ptxas), else on TgWide. Not inlined: each width has the
+// kernel's register budget to itself (inlined side by side, their spill loads 60 -> 128 bytes, ptxas).
 template <int W>
 __device__ __noinline__ void conv_tiled(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
                                         const Epilogue& ep, OperandView x, const float* w, unsigned u0, bool& error) {
   const long long has_bias = p[6];
   const unsigned c_in = (unsigned)p[3], L = (unsigned)p[7], T = (unsigned)p[8], KW = (unsigned)p[9];
   const unsigned M = (t.session_end - t.session_begin) * T, U = (t.elem_end - t.elem_begin) / T, K = c_in * KW;
-  ConvTileOps<W> ops{t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0, x,
-                     operand(t, arena_base, kOutSlot), has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0},
-                     w, ep, {}, {}, 0};
-  tiled_gemm<false>(ops, M, U, K, error);
+  auto run = [&](auto block, auto whole_sessions) {
+    ConvTileOps<W, decltype(block), decltype(whole_sessions)::value> ops{
+        t.session_begin, M, T, L, KW, K, u0, U, (int)p[10], (int)p[11], (int)p[12], has_bias != 0, x,
+        operand(t, arena_base, kOutSlot), has_bias ? operand(t, arena_base, 2) : OperandView{nullptr, 0}, w, ep, {}, 0};
+    tiled_gemm<false>(ops, M, U, K, error);
+  };
+  auto whole_sessions = [&](auto block) { return TgWalkA<W, decltype(block)>::kRowStep % T == 0; };
+  if constexpr (kTgBigOn)
+    if (whole_sessions(TgBig{}) && big_blocks_pay(M, U)) return run(TgBig{}, std::true_type{});
+  if (whole_sessions(TgWide{})) return run(TgWide{}, std::true_type{});
+  run(TgWide{}, std::false_type{});
 }
 
 __device__ __noinline__ void conv_tiled_body(const Payload& t, const long long* __restrict__ p, char* const* arena_base,
