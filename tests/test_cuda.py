@@ -447,6 +447,21 @@ def test_a_kernel_switch_is_set_by_name_and_an_unknown_one_refused():
             constant_setting(bad)
 
 
+def test_the_tiled_gemm_probe_cuts_each_part_out_of_the_kernel_once():
+    """scripts/tiled_gemm_probe.py's variants apply to the generated kernel (each cut's text occurs once, and
+    is gone after it), and a kernel whose text has moved on is refused with the cut's name."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from tiled_gemm_probe import CUTS, VARIANTS, variant_source
+
+    source = codegen.generate_kernel(build_test_profile()[0].meta)
+    for name, cuts in VARIANTS.items():
+        cut = variant_source(source, cuts)
+        assert (cut == source) == (not cuts), name
+        assert all(old not in cut and new in cut for c in cuts for old, new in CUTS[c])
+    with pytest.raises(ValueError, match="'stores'"):
+        variant_source(source.replace("tg_store(ops, at.m0", "tg_store(ops, at.m_0"), ["stores"])
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("dims, switches", [(PROLOGUE, ()), (LARGE, ()), (TILED, ()), (TILED_NK, ()),
