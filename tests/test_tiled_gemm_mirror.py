@@ -193,7 +193,7 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     """tiled_gemm: one stream of steps over the blocks and their chunks, each step's chunk staged
     TILED_GEMM_STAGES - 1 steps ahead by the loader's cursor (A's rows those of the last start_rows, called when
     the loader begins a row of blocks), products by the compute cursor, and a block's stores at its last chunk."""
-    chunks = -(-K // geo.k_chunk)
+    chunks = -(-K // geo.k_chunk) if K else 1  # K = 0: one chunk of zeros
     steps = -(-M // geo.m) * -(-N // geo.n) * chunks
     load, at = Cursor(geo, N, chunks), Cursor(geo, N, chunks)
     rows_m0 = 0  # ops.start_rows(0)
@@ -424,7 +424,6 @@ def test_the_big_block_runs_at_512_threads_and_its_walks_cover_each_chunk_once(w
     geo = Geometry(512, w, **BIG_BLOCK)
     assert (geo.m, geo.n, geo.k_chunk, geo.computing) == (128, 64, 32, 16) and geo.fits()
     assert_walks_cover_each_chunk_once(geo)
-    assert not any(Geometry(t, w, **BIG_BLOCK).fits() for t in (128, 256, 1024))
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5, 9, 32])
@@ -500,6 +499,8 @@ CONV_SHAPES = [  # c_in, c_out, L, KW, stride, pad, sessions, tiles (s0, s1, u0,
     (129, 40, 4, 3, 1, 1, 33, [(0, 33, 0, 16), (0, 33, 16, 40)]),        # the first encoder conv
     (64, 24, 2, 3, 2, 1, 70, [(0, 70, 0, 24)]),                          # stride 2 over 2 positions
     (4, 36, 64, 8, 4, 4, 21, [(0, 21, 0, 20), (0, 21, 20, 36)]),        # taps in pieces of 4, padded (conv-frames')
+    (1, 72, 640, 256, 128, 0, 40, [(0, 40, 0, 72)]),                     # the STFT's over two rows of TgBig's blocks
+    (129, 40, 4, 3, 1, 1, 70, [(0, 3, 0, 40), (3, 70, 0, 40)]),          # from session 3: three rows of TgBig's
 ]
 
 
@@ -522,14 +523,13 @@ def test_the_tiled_conv_arithmetic_matches_onnx_conv(c_in, c_out, L, KW, stride,
     widths = [1, 4] if ConvOps(x, w, bias, stride, pad, 1, 0, 1, 0, 1, np.zeros((1, c_out * T))).vectorizes() else [1]
     assert (len(widths) == 2) == (KW % 4 == 0)
     blocks = [Geometry(threads, width) for width in widths]
-    if 4 in widths and threads == 512:
-        blocks.append(Geometry(threads, 4, **BIG_BLOCK))  # conv_tiled takes TgBig on 16-byte copies only
+    if threads == 512 and Geometry(threads, 1, **BIG_BLOCK).walk_a.row_step % T == 0:  # conv_tiled's TgBig rule
+        blocks += [Geometry(threads, width, **BIG_BLOCK) for width in widths]
     for geo in blocks:
         got = np.full((sessions, c_out * T), np.nan)
         for s0, s1, u0, u1 in tiles:
             ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got)
             tiled_gemm(geo, ops, ops.M, ops.U, ops.K)
-            assert set(ops.walks) == {geo.walk_a.row_step % T == 0}
         np.testing.assert_allclose(got.reshape(sessions, c_out, T), want, rtol=1e-9, atol=1e-12)
 
 
@@ -546,7 +546,7 @@ def test_a_tiled_conv_epilogue_reads_its_residual_at_every_rank(lead, transposed
     stored = np.swapaxes(r, 1, 2) if transposed else r
     strides = (1, c_out) if transposed else (T, 1)
     extra = Extra(np.ascontiguousarray(stored).reshape(sessions, -1), (1,) * lead + (c_out, T), (0,) * lead + strides)
-    for geo in (Geometry(512, 1), Geometry(512, 4), Geometry(512, 4, **BIG_BLOCK)):
+    for geo in (Geometry(512, 1), Geometry(512, 4)):  # T = 17: conv_tiled's TgBig wants whole sessions a row step
         got = np.full((sessions, c_out * T), np.nan)
         for s0, s1, u0, u1 in [(0, 21, 0, 20), (0, 21, 20, 36)]:
             ops = ConvOps(x, w, bias, stride, pad, 1, s0, s1, u0, u1, got, extra)
@@ -580,6 +580,7 @@ def test_a_tiled_matmul_epilogue_reads_its_residual_along_the_row():
 @pytest.mark.parametrize("tiles", [
     [(0, 70, 0, 1, 0, 40), (0, 70, 0, 1, 40, 130)],  # parts of one row (the LSTM's gates), ragged columns
     [(0, 33, 0, 3, 0, 130)],                         # whole rows: M = sessions x rows
+    [(3, 70, 0, 3, 0, 130)],                         # 201 rows from session 3: two rows of TgBig's blocks
 ])
 def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w, block):
     """K = 75 and 130 columns: a 16-byte copy's last piece of a row is partly outside (floats_inside), so the
@@ -601,3 +602,18 @@ def test_the_tiled_matmul_arithmetic_matches_numpy(nk, tiles, threads, w, block)
     for s0, s1, row0, n_rows, col0, col1 in tiles:
         part = np.s_[s0:s1, row0:row0 + n_rows, col0:col1]
         np.testing.assert_allclose(got[part], want[part], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("block", [{}, BIG_BLOCK], ids=["wide", "big"])
+def test_a_tiled_matmul_of_no_k_stores_its_epilogue_of_zero(block):
+    """K = 0 (a MATMUL over an empty reduction, which wave-to-wpk keeps when its output is not empty): one chunk
+    of zeros, so that every output is still stored, as the interpreter stores it (here a residual epilogue's
+    input alone)."""
+    rng = np.random.default_rng(8)
+    sessions, rows, N = 70, 1, 40
+    r = rng.standard_normal((sessions, rows, N))
+    extra = Extra(r.reshape(sessions, -1), (rows, N), (N, 1))
+    got = np.full((sessions, rows, N), np.nan)
+    ops = MatmulOps(np.zeros((sessions, rows, 0)), np.zeros((0, N)), False, 0, sessions, 0, 1, 0, N, got, extra=extra)
+    tiled_gemm(Geometry(512, 1, **block), ops, ops.M, ops.cols, ops.K)
+    np.testing.assert_array_equal(got, r)

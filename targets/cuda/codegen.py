@@ -1010,8 +1010,8 @@ constexpr bool kTgVec = kTgFits && tg_walks_cover<4>();
 constexpr bool kTgTallRows = true;
 constexpr bool kTgTallFits = kTgVec && kBlockThreads == 512 && tg_walks_cover<4, TgTall>();
 constexpr bool kTgTall = kTgTallRows && kTgTallFits;
-// The big block runs at 512 threads (the tiled CONV's on 16-byte copies only: conv_tiled). Switch: kTgBig = false
-// leaves every tile to TgWide and TgTall.
+// The big block runs at 512 threads (the tiled CONV's where its A rows are whole sessions apart: conv_tiled).
+// Switch: kTgBig = false leaves every tile to TgWide and TgTall.
 constexpr bool kTgBig = true;
 constexpr bool kTgBigFits = kTgVec && kBlockThreads == 512 && tg_walks_exact<1, TgBig>() && tg_walks_exact<4, TgBig>();
 constexpr bool kTgBigOn = kTgBig && kTgBigFits;
@@ -1220,7 +1220,7 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
   const unsigned warp = threadIdx.x / 32;
   const unsigned wm = warp % Block::kWarpsM * Block::kWarpRows, wn = warp / Block::kWarpsM * Block::kWarpCols;
   const bool computes = warp < (unsigned)(Block::kWarpsM * Block::kWarpsN);
-  const unsigned chunks = (K + Block::kK - 1) / Block::kK;
+  const unsigned chunks = K ? (K + Block::kK - 1) / Block::kK : 1;  // K = 0: one chunk of zeros, each output epilogue(0)
   const unsigned steps = (M + Block::kM - 1) / Block::kM * ((N + Block::kN - 1) / Block::kN) * chunks;
   // Copies step j's chunk (`load`'s) into stage j % kTgStages, nothing past the last step, and closes the group,
   // one a step, so that cp_async_wait<kTgStages - 2> at step j means j has landed; then moves `load` on.
@@ -1491,11 +1491,12 @@ __device__ __forceinline__ unsigned long long tg_outputs(unsigned M, unsigned N)
   return (unsigned long long)tg_blocks<Block>(M, N) * (Block::kM * Block::kN);
 }
 // Whether TgBig runs an M x N tile: its blocks compute no more outputs than TgWide's, nor than TgTall's where
-// those are fewer (duplex:1b's 72 x 88 tiles stay on TgTall). Silero at 4,096 sessions: its LSTM matmuls'
-// 125 x 128 tiles and its STFT's 128 x 258.
-__device__ __forceinline__ bool big_blocks_pay(unsigned M, unsigned N) {
+// the tile could take TgTall (`tall`: a MATMUL's 16-byte copies) and its blocks are fewer (duplex:1b's 72 x 88
+// tiles stay on TgTall). Silero at 4,096 sessions: its LSTM matmuls' 125 x 128 tiles and its STFT's 128 x 258.
+__device__ __forceinline__ bool big_blocks_pay(unsigned M, unsigned N, bool tall) {
   const unsigned long long big = tg_outputs<TgBig>(M, N);
-  return kTgBigOn && big <= tg_outputs<TgWide>(M, N) && (!tall_blocks_are_fewer(M, N) || big <= tg_outputs<TgTall>(M, N));
+  return kTgBigOn && big <= tg_outputs<TgWide>(M, N) &&
+         (!(tall && tall_blocks_are_fewer(M, N)) || big <= tg_outputs<TgTall>(M, N));
 }
 
 // Not inlined: each of the six has the kernel's register budget to itself (inlined in matmul_gemm_body, their
@@ -1509,7 +1510,7 @@ __device__ __noinline__ void tiled_matmul(const MatmulTile& tile, const Epilogue
     tiled_gemm<kBTf32>(ops, tile.M, tile.n_cols, tile.K, error);
   };
   if constexpr (kTgBigOn)
-    if (big_blocks_pay(tile.M, tile.n_cols)) return run(TgBig{});
+    if (big_blocks_pay(tile.M, tile.n_cols, W == 4)) return run(TgBig{});
   if constexpr (W == 4 && kTgTall)
     if (tall_blocks_are_fewer(tile.M, tile.n_cols)) return run(TgTall{});
   run(TgWide{});
@@ -2293,7 +2294,7 @@ __device__ __noinline__ void conv_tiled(const Payload& t, const long long* __res
   };
   auto whole_sessions = [&](auto block) { return TgWalkA<W, decltype(block)>::kRowStep % T == 0; };
   if constexpr (kTgBigOn)
-    if (whole_sessions(TgBig{}) && big_blocks_pay(M, U)) return run(TgBig{}, std::true_type{});
+    if (whole_sessions(TgBig{}) && big_blocks_pay(M, U, false)) return run(TgBig{}, std::true_type{});
   if (whole_sessions(TgWide{})) return run(TgWide{}, std::true_type{});
   run(TgWide{}, std::false_type{});
 }
