@@ -89,8 +89,8 @@ class Geometry:
         walks of one float and of four tile each chunk exactly, kTgVec)."""
         walks = (self.walk_a, self.walk_b[True], self.walk_b[False])
         if self.big:
-            other = Geometry(self.threads, 5 - self.w, **BIG_BLOCK)
-            return (self.threads == 512 and all(wk.exact for wk in walks + (other.walk_a, *other.walk_b.values()))
+            both = [Geometry(self.threads, width, **BIG_BLOCK) for width in (1, 4)]
+            return (self.threads == 512 and all(wk.exact for g in both for wk in (g.walk_a, *g.walk_b.values()))
                     and Geometry(self.threads, 4).fits())
         if self.warps_m != 4:
             return (self.threads == 512 and self.w == 4 and all(wk.covers for wk in walks)
@@ -266,8 +266,7 @@ class ConvOps:
     conv_copies_vectorize holds (``vectorizes``), given the geometry's width. ``extra``: the epilogue's residual,
     its shape the output's [..., C, T] of any rank (leading dims 1), stepped from one channel to the next along
     dim rank - 2 (ConvTileOps::channel_steps). A's rows as ConvRowsA reads them: where T divides the walk's row
-    step (``whole_sessions``), copy 0's session and window and a session step a copy, else each copy's own;
-    ``walks`` counts the blocks' walks of each kind."""
+    step (``whole_sessions``), copy 0's session and window and a session step a copy, else each copy's own."""
 
     along_k = True
 
@@ -279,7 +278,6 @@ class ConvOps:
         self.w = w.reshape(w.shape[0], -1).reshape(-1)[u0 * self.K:]  # the tile's first channel's weights
         self.stride, self.pad, self.dil, self.s0, self.u0 = stride, pad, dil, s0, u0
         self.M, self.U = (s1 - s0) * self.T, u1 - u0
-        self.walks = {}
 
     def vectorizes(self) -> bool:
         """conv_copies_vectorize (the arrays here are 16-byte aligned, x's sessions c_in x L floats apart)."""
@@ -293,7 +291,6 @@ class ConvOps:
         m, k = m0 + wa.row, k0 + wa.col
         channel, tap = k // self.KW, k % self.KW
         whole_sessions = wa.row_step % self.T == 0
-        self.walks[whole_sessions] = self.walks.get(whole_sessions, 0) + 1
         session_floats = self.x.shape[1]
         if whole_sessions:
             m_first = m[:, :1]
@@ -420,7 +417,7 @@ def test_the_tall_block_runs_at_512_threads_and_its_walks_cover_each_chunk_once(
 @pytest.mark.parametrize("w", [1, 4])
 def test_the_big_block_runs_at_512_threads_and_its_walks_cover_each_chunk_once(w):
     """TgBig (128 x 64 of 32 x 16 warp tiles, chunks of 32, every warp computing) at 512 threads, one float or
-    four a copy: its walks tile each chunk exactly; no other block size runs it."""
+    four a copy: its walks tile each chunk exactly."""
     geo = Geometry(512, w, **BIG_BLOCK)
     assert (geo.m, geo.n, geo.k_chunk, geo.computing) == (128, 64, 32, 16) and geo.fits()
     assert_walks_cover_each_chunk_once(geo)

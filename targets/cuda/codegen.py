@@ -291,6 +291,7 @@ def generate_kernel(profile_meta: dict) -> str:
         "column_gemm_rows": COLUMN_GEMM_ROWS,
         "column_gemm_blocks": COLUMN_GEMM_BLOCKS,
         "tg_stages": TILED_GEMM_STAGES,
+        **{f"tg_big_{name}": value for name, value in BIG_BLOCK.items()},
         "gemm_smem_floats": gemm_smem_bytes(block_threads(meta)) // 4,
         "gemm_smem_symbol": GEMM_SMEM_SYMBOL,
         "out_slot": OUT,
@@ -969,7 +970,7 @@ struct TgBlock {
 };
 using TgWide = TgBlock<kTgWarpsM>;
 using TgTall = TgBlock<5>;
-using TgBig = TgBlock<4, 2, 2, 32>;
+using TgBig = TgBlock<$tg_big_warps_m, $tg_big_fm, $tg_big_fn, $tg_big_k>;  // codegen.BIG_BLOCK
 constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
 // How the block's threads copy a chunk of kRows rows of kUsed contiguous floats (A: kM rows of k; B: kN rows
