@@ -189,6 +189,24 @@ class Cursor:
         return True
 
 
+class RowTable:
+    """tg_rows: the Rows of one block row, filled by tg_fill_rows at the block row's first step and read at its
+    blocks' last steps. A fill must follow a barrier past the last read of the rows it replaces, and a read a
+    barrier past the fill (the next step's, or the fill's own when a block is one chunk)."""
+
+    def __init__(self):
+        self.m0, self.filled_at, self.last_read, self.barrier_after_fill = None, None, -1, False
+
+    def fill(self, m0: int, step: int, chunks: int) -> None:
+        assert self.last_read < step, "rows refilled before every warp stored with them"
+        self.m0, self.filled_at, self.barrier_after_fill = m0, step, chunks == 1
+
+    def read(self, step: int) -> int:
+        assert self.filled_at is not None and (self.filled_at < step or self.barrier_after_fill), "rows read unfilled"
+        self.last_read = step
+        return self.m0
+
+
 def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     """tiled_gemm: one stream of steps over the blocks and their chunks, each step's chunk staged
     TILED_GEMM_STAGES - 1 steps ahead by the loader's cursor (A's rows those of the last start_rows, called when
@@ -209,19 +227,23 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     for j in range(TILED_GEMM_STAGES - 1):
         stage(j)
     acc = np.zeros((geo.warps, 32, geo.fm, geo.fn, 4))
+    rows = RowTable()
     for j in range(steps):
         As, Bs = staged[j % TILED_GEMM_STAGES]  # read before the copy into the stage TILED_GEMM_STAGES - 1 ahead
         stage(j + TILED_GEMM_STAGES - 1)
+        if at.n0 == 0 and at.c == 0:
+            rows.fill(at.m0, j, chunks)
         for w in range(geo.computing):
             warp_products(As, Bs, *geo.warp_origin(w), acc[w])
         if at.c + 1 == chunks:
-            store_block(geo, ops, at.m0, at.n0, M, N, acc)
+            store_block(geo, ops, rows.read(j), at.n0, M, N, acc)
             acc[:] = 0
         at.advance()
 
 
 def store_block(geo: Geometry, ops, m0: int, n0: int, M: int, N: int, acc: np.ndarray) -> None:
-    """tg_store for each computing warp: fragment c0, c1 of (mt, nt) at row m0 + wm + 16 mt + g, c2, c3 8 below."""
+    """tg_store for each computing warp: fragment c0, c1 of (mt, nt) at row m0 + wm + 16 mt + g, c2, c3 8 below,
+    m0 the row table's (RowTable)."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     for w in range(geo.computing):
@@ -265,7 +287,7 @@ class ConvOps:
     """ConvTileOps<W> over x [sessions, c_in, L], w [c_out, c_in, KW]; out [sessions, c_out * T]; W = 4 where
     conv_copies_vectorize holds (``vectorizes``), given the geometry's width. ``extra``: the epilogue's residual,
     its shape the output's [..., C, T] of any rank (leading dims 1), stepped from one channel to the next along
-    dim rank - 2 (ConvTileOps::channel_steps). A's rows as ConvRowsA reads them: where T divides the walk's row
+    dim rank - 2 (ConvTileOps::Row::step). A's rows as ConvRowsA reads them: where T divides the walk's row
     step (``whole_sessions``), copy 0's session and window and a session step a copy, else each copy's own."""
 
     along_k = True

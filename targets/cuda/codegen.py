@@ -1165,6 +1165,25 @@ struct TgCursor {
   }
 };
 
+// The Rows (Ops::row's) of the block row being stored, row m0 + i at i: computed once a block row by kM threads
+// (tg_fill_rows), where each warp had computed its 2 FM rows at each block's store, a chain of dependent loads
+// of the payload's shape and strides a row. One buffer for every Ops and block (tg_rows), as gemm_smem.
+constexpr int kTgRowBytes = 64;
+constexpr int tg_max_rows() {
+  const int tall = kTgTallFits ? TgTall::kM : 0, big = kTgBigFits ? TgBig::kM : 0, wide = TgWide::kM;
+  return wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big);
+}
+__shared__ __align__(16) unsigned char tg_row_table[tg_max_rows() * kTgRowBytes];
+template <class Row>
+__device__ __forceinline__ Row* tg_rows() {
+  static_assert(sizeof(Row) <= kTgRowBytes && alignof(Row) <= 16, "a tiled GEMM's Row outgrew tg_rows' slots");
+  return reinterpret_cast<Row*>(tg_row_table);
+}
+template <class Block, class Ops>
+__device__ __forceinline__ void tg_fill_rows(const Ops& ops, unsigned m0, bool& error) {
+  if (threadIdx.x < (unsigned)Block::kM) tg_rows<typename Ops::Row>()[threadIdx.x] = ops.row(m0 + threadIdx.x, error);
+}
+
 // The warp's outputs of the block at (m0, n0), its m16 tiles' rows in turn: fragment c0, c1 of tile (mt, nt)
 // at row m0 + wm + 16 mt + g, columns 2q, 2q + 1 of the n8 tile; c2, c3 at the row 8 below. A row pair's
 // epilogue inputs are all loaded before any is evaluated, so that their round trips overlap.
@@ -1173,10 +1192,11 @@ __device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n
                                          unsigned N, const float (&acc)[FM][FN][4], bool& error) {
   const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   const unsigned n_first = n0 + wn + 2 * q;  // column n_first + 8 nt + c
+  const typename Ops::Row* table = tg_rows<typename Ops::Row>();
 #pragma unroll
   for (int mt = 0; mt < FM; ++mt) {
-    const unsigned m = m0 + wm + 16 * mt + g;
-    const typename Ops::Row rows[2] = {ops.row(m, error), ops.row(m + 8, error)};
+    const unsigned i = wm + 16 * mt + g;
+    const typename Ops::Row* rows[2] = {table + i, table + i + 8};  // read where used: copied, they spilled
     EpilogueIn in[FN][2][2];
 #pragma unroll
     for (int nt = 0; nt < FN; ++nt)
@@ -1184,7 +1204,7 @@ __device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          in[nt][c][h] = n_first + 8 * nt + c < N ? ops.gather(rows[h], n_first + 8 * nt + c, acc[mt][nt][2 * h + c])
+          in[nt][c][h] = n_first + 8 * nt + c < N ? ops.gather(*rows[h], n_first + 8 * nt + c, acc[mt][nt][2 * h + c])
                                                   : EpilogueIn{acc[mt][nt][2 * h + c], 0.0f};
 #pragma unroll
     for (int nt = 0; nt < FN; ++nt)
@@ -1192,7 +1212,7 @@ __device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          if (n_first + 8 * nt + c < N) ops.put(rows[h], n_first + 8 * nt + c, in[nt][c][h], error);
+          if (n_first + 8 * nt + c < N) ops.put(*rows[h], n_first + 8 * nt + c, in[nt][c][h], error);
   }
 }
 
@@ -1200,8 +1220,9 @@ __device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n
 //   ops.start_rows(m0)                      this thread's A rows of the blocks at m0 (TgWalkA's rows);
 //   ops.a_source(i, k0), ops.b_source(i, n0, k0)  where this thread's copy i of A and of B of the chunk at k0
 //                                           reads (CopySource: the floats inside the operand, the rest 0);
-//   ops.row(m, error) -> Ops::Row, ops.gather(row, n, sum) -> EpilogueIn, ops.put(row, n, in, error)  the
-//                                           output's bias and epilogue input loaded, then its value stored.
+//   ops.row(m, error) -> Ops::Row           where row m's outputs go (tg_rows: once a block row);
+//   ops.gather(row, n, sum) -> EpilogueIn, ops.put(row, n, in, error)  the output's bias and epilogue input
+//                                           loaded, then its value stored.
 // Ops::Block is the block's shape (TgBlock), Ops::kBAlongK which way B lies (TgWalkB, TgBlock::b_offset),
 // Ops::kVec the floats a copy; kBTf32, that B's values are TF32 numbers (tg_products). The tile is one stream
 // of steps, a chunk of one block each, and chunks are copied kTgStages - 1 steps ahead across the blocks'
@@ -1250,8 +1271,13 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
 #pragma unroll 1
   for (unsigned j = 0; j < steps; ++j) {
     cp_async_wait<kTgStages - 2>();
-    __syncthreads();  // step j is staged by every thread, and every warp is done with step j - 1's stage
+    __syncthreads();  // step j is staged by every thread, and every warp is done with step j - 1's stage and rows
     stage(j + kTgStages - 1);
+    // A block row's rows, at its first step: read at its blocks' last steps, past the next step's barrier.
+    if (at.n0 == 0 && at.c == 0) {
+      tg_fill_rows<Block>(ops, at.m0, error);
+      if (chunks == 1) __syncthreads();
+    }
     // A chunk's products are summed by the tensor cores from zero, and the partial sum added to acc in fp32
     // (round to nearest): their accumulator truncates (Fasi et al., PeerJ CS 7:e330, 2021), a bias that
     // grows with each step it keeps (DeepSeek-V3 report, arXiv 2412.19437, 3.3.2: "promotion" to CUDA
@@ -1293,7 +1319,7 @@ struct MatmulTile {
   };
   int rank;
   const long long *shape, *out_strides, *a_strides;
-  long long ak, bk, bn;
+  long long ak, bk, bn, on;  // on: out's stride along the columns (read once a tile, not from the words an output)
   unsigned N, row0, rows, col0, session_begin, M, K, n_cols;
   OperandView a, out;
   const float* pb;  // b at (k = 0, the tile's first column)
@@ -1312,7 +1338,7 @@ struct MatmulTile {
     if (m >= M) return r;
     const unsigned i = row0 + m % rows;
     r.s = session_begin + m / rows;
-    r.off = strided_offset(i * N, rank, shape, out_strides) + col0 * out_strides[rank - 1];
+    r.off = strided_offset(i * N, rank, shape, out_strides) + col0 * on;
     r.valid = ep.n_code == 0 || ep.offsets((long long)i * N + col0, r.extra_off);
     error |= !r.valid;
     return r;
@@ -1345,7 +1371,7 @@ struct MatmulTile {
   __device__ __forceinline__ void put(const Epilogue& ep, const Row& r, unsigned n, EpilogueIn in,
                                       const long long (&step)[kMaxInputs - 1], bool& error) const {
     if (r.valid)
-      *out.at(r.s, r.off + n * out_strides[rank - 1]) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
+      *out.at(r.s, r.off + n * on) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
   }
   __device__ __forceinline__ void store(const Epilogue& ep, const Row& r, unsigned n, float sum, bool& error) const {
     long long step[kMaxInputs - 1];
@@ -1403,7 +1429,7 @@ __device__ bool single_b_tile(const Payload& t, const long long* p, char* const*
     col1 = N;
   }
   tile = MatmulTile{rank, shape, out_strides, a_strides, a_strides[rank], b_strides[rank], b_strides[rank - 1],
-                    N, row0, rows, col0, t.session_begin, (unsigned)M, (unsigned)K, col1 - col0,
+                    out_strides[rank - 1], N, row0, rows, col0, t.session_begin, (unsigned)M, (unsigned)K, col1 - col0,
                     operand(t, arena_base, 0), operand(t, arena_base, kOutSlot),
                     operand(t, arena_base, 1).at(t.session_begin, strided_offset(row0 * N, rank, shape, b_strides) +
                                                                     col0 * b_strides[rank - 1]),
@@ -2198,6 +2224,9 @@ struct ConvTileOps {
   struct Row {
     unsigned s, t;
     long long extra_off[kMaxInputs - 1];  // the epilogue's extras' offsets at the row's first channel (Epilogue::offsets)
+    // and their steps to the next channel: along dim rank - 2 of the epilogue's shape, the output's [..., C, T]
+    // (its leading dims are 1: conv_tiles_as_gemm takes one image)
+    long long step[kMaxInputs - 1];
     bool valid;
   };
   unsigned session_begin, M, T, L, KW, K, u0, channels;
@@ -2213,16 +2242,11 @@ struct ConvTileOps {
   __device__ __forceinline__ Row row(unsigned m, bool& error) const {
     Row r{};
     if (m >= M) return r;
-    r = Row{session_begin + m / T, m % T, {}, true};
+    r = Row{session_begin + m / T, m % T, {}, {}, true};
     r.valid = ep.n_code == 0 || ep.offsets((long long)u0 * T + r.t, r.extra_off);
+    ep.dim_strides(ep.rank - 2, r.step);
     error |= !r.valid;
     return r;
-  }
-  // The extras' strides from one channel to the next: along dim rank - 2 of the epilogue's shape, the output's
-  // [..., C, T] (its leading dims are 1: conv_tiles_as_gemm takes one image). Read where used, not kept: held
-  // through the chunks, they cost the walk's registers.
-  __device__ __forceinline__ void channel_steps(long long (&step)[kMaxInputs - 1]) const {
-    ep.dim_strides(ep.rank - 2, step);
   }
   __device__ __forceinline__ void start_rows(unsigned m0) {
     rows_a.start(x, session_begin, M, T, stride, pad, m0);
@@ -2245,15 +2269,11 @@ struct ConvTileOps {
   }
   __device__ __forceinline__ EpilogueIn gather(const Row& r, unsigned n, float sum) const {
     if (!r.valid) return {sum, 0.0f};
-    long long step[kMaxInputs - 1];
-    channel_steps(step);
-    return {has_bias ? sum + *bias.at(r.s, u0 + n) : sum, ep.first_extra(r.s, r.extra_off, n, step)};
+    return {has_bias ? sum + *bias.at(r.s, u0 + n) : sum, ep.first_extra(r.s, r.extra_off, n, r.step)};
   }
   __device__ __forceinline__ void put(const Row& r, unsigned n, EpilogueIn in, bool& error) const {
     if (!r.valid) return;
-    long long step[kMaxInputs - 1];
-    channel_steps(step);
-    *out.at(r.s, (long long)(u0 + n) * T + r.t) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
+    *out.at(r.s, (long long)(u0 + n) * T + r.t) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, r.step, error);
   }
 };
 
