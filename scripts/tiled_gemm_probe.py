@@ -29,8 +29,8 @@ from gpu_check import _import_wavec, kernel_for, random_inputs  # noqa: E402  (m
 
 WARMUP_BEATS = 2
 CUTS = {
-    "stores": [("      if (computes) tg_store(ops, at.m0, at.n0, wm, wn, N, acc, error);",
-                "      if (false) tg_store(ops, at.m0, at.n0, wm, wn, N, acc, error);")],
+    "stores": [("      if (computes) tg_store(ops, at.n0, wm, wn, N, acc, error);",
+                "      if (false) tg_store(ops, at.n0, wm, wn, N, acc, error);")],
     "products": [("    if (computes) tg_products<kBTf32, kAlongK, Block>(",
                   "    if (false) tg_products<kBTf32, kAlongK, Block>(")],
     "copies": [("        if (WalkA::copies(i)) cp_async<W>(As", "        if (false) cp_async<W>(As"),

@@ -459,7 +459,7 @@ def test_the_tiled_gemm_probe_cuts_each_part_out_of_the_kernel_once():
         assert (cut == source) == (not cuts), name
         assert all(old not in cut and new in cut for c in cuts for old, new in CUTS[c])
     with pytest.raises(ValueError, match="'stores'"):
-        variant_source(source.replace("tg_store(ops, at.m0", "tg_store(ops, at.m_0"), ["stores"])
+        variant_source(source.replace("tg_store(ops, at.n0", "tg_store(ops, at.n_0"), ["stores"])
 
 
 @pytest.mark.gpu

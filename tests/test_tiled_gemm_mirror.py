@@ -241,20 +241,53 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
         at.advance()
 
 
-def store_block(geo: Geometry, ops, m0: int, n0: int, M: int, N: int, acc: np.ndarray) -> None:
-    """tg_store for each computing warp: fragment c0, c1 of (mt, nt) at row m0 + wm + 16 mt + g, c2, c3 8 below,
-    m0 the row table's (RowTable)."""
+def fragment_outputs(geo: Geometry, acc: np.ndarray):
+    """Each warp's outputs as its fragments hold them (tg_store_fragments): (warp, row, column within the warp
+    tile, value) for fragment c0, c1 of (mt, nt) at row 16 mt + g, columns 8 nt + 2q + c; c2, c3 8 rows below."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     for w in range(geo.computing):
-        wm, wn = geo.warp_origin(w)
         for mt in range(geo.fm):
             for nt in range(geo.fn):
                 for c in range(2):
-                    n = n0 + wn + nt * 8 + 2 * q + c
-                    for row, frag in ((m0 + wm + 16 * mt + g, c), (m0 + wm + 16 * mt + g + 8, 2 + c)):
-                        keep = (n < N) & (row < M)
-                        ops.store(row[keep], n[keep], acc[w, keep, mt, nt, frag])
+                    for row, frag in ((16 * mt + g, c), (16 * mt + g + 8, 2 + c)):
+                        yield w, row, 8 * nt + 2 * q + c, acc[w, :, mt, nt, frag]
+
+
+def staged_at(geo: Geometry, r, c):
+    """tg_store_staged's `at`: the warp tile's (row, column) in its staging, columns swizzled (c ^ 8) on every
+    other pair of rows."""
+    return r * 8 * geo.fn + (c ^ (r >> 1 & 1) * 8)
+
+
+STAGED_UNROLL = 4  # tg_store_staged's kUnroll
+
+
+def staged_reads(geo: Geometry):
+    """tg_store_staged's loop: per iteration and unrolled output u, each lane's (row, column) of the warp tile:
+    kCols = 8 fn lanes a row, kPass = 32 / kCols rows a pass, rows r + u kPass from r = lane / kCols."""
+    cols = 8 * geo.fn
+    passes = 32 // cols
+    lane = np.arange(32)
+    for r0 in range(0, 16 * geo.fm, STAGED_UNROLL * passes):
+        for u in range(STAGED_UNROLL):
+            yield r0 + lane // cols + u * passes, lane % cols
+
+
+def store_block(geo: Geometry, ops, m0: int, n0: int, M: int, N: int, acc: np.ndarray) -> None:
+    """tg_store (tg_store_staged) for each computing warp: its fragments written to its staging (staged_at),
+    then read back in the loop's order (staged_reads), each output stored at row m0 + wm + its row, m0 the row
+    table's (RowTable)."""
+    for w in range(geo.computing):
+        staging = np.full(16 * geo.fm * 8 * geo.fn, np.nan)
+        for warp, row, col, value in fragment_outputs(geo, acc):
+            if warp == w:
+                staging[staged_at(geo, row, col)] = value
+        wm, wn = geo.warp_origin(w)
+        for row, col in staged_reads(geo):
+            m, n = m0 + wm + row, n0 + wn + col
+            keep = (n < N) & (m < M)
+            ops.store(m[keep], n[keep], staging[staged_at(geo, row, col)][keep])
 
 
 def epilogue_offsets(e: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
@@ -501,16 +534,44 @@ def test_the_fragment_reads_hit_32_distinct_banks(threads, block):
 
 @pytest.mark.parametrize("threads", [128, 256, 512, 384, 1024])
 def test_the_launch_gives_the_kernel_its_staging(threads):
-    """codegen.gemm_smem_bytes (the launch's dynamic shared memory) against this mirror's stages: those of the
-    largest block where the tiled GEMM runs (TgTall's at 512 threads), else the streaming GEMMs' threads x 8
-    floats, within the H200's 227 KB."""
+    """codegen.gemm_smem_bytes (the launch's dynamic shared memory) against this mirror's stages and staged
+    outputs: the stages of the largest block where the tiled GEMM runs (TgTall's at 512 threads) and the
+    largest block's outputs (TgBig's), else the streaming GEMMs' threads x 8 floats; with static shared memory
+    at its 48 KB limit, within the H200's 227 KB a block."""
     blocks = [g for g in (Geometry(threads), Geometry(threads, 4, TALL_WARPS_M), Geometry(threads, 4, **BIG_BLOCK))
               if g.fits()]
     stage = max((g.stage_floats for g in blocks), default=0)
+    outputs = max((g.m * g.n for g in blocks), default=0)
     assert all(g.stage_floats == tiled_gemm_stage_floats(threads, g.warps_m, g.fm, g.fn, g.k_chunk) for g in blocks)
-    want = max(TILED_GEMM_STAGES * stage, threads * 8) if Geometry(threads).fits() else threads * 8
+    tiled = TILED_GEMM_STAGES * stage + outputs
+    want = max(tiled, threads * 8) if Geometry(threads).fits() else threads * 8
     assert gemm_smem_floats(threads) == want
-    assert 4 * want <= 227 * 1024
+    assert 4 * want + 48 * 1024 <= 227 * 1024
+
+
+@pytest.mark.parametrize("block", [dict(warps_m=4), dict(warps_m=TALL_WARPS_M), BIG_BLOCK], ids=["wide", "tall", "big"])
+def test_staged_stores_store_each_fragment_once_without_bank_conflicts(block):
+    """tg_store_staged against the fragments: every output of a warp's tile read back once, with its own value;
+    each half-warp's 8-byte fragment writes on 32 distinct banks, each of the loop's reads on 32."""
+    geo = Geometry(512, 4, **block)
+    acc = np.random.default_rng(5).standard_normal((geo.warps, 32, geo.fm, geo.fn, 4))
+    staging = {}
+    for warp, row, col, value in fragment_outputs(geo, acc):
+        if warp == 0:
+            for lane in range(32):
+                staging[int(staged_at(geo, row[lane], col[lane]))] = ((int(row[lane]), int(col[lane])), value[lane])
+    assert len(staging) == 16 * geo.fm * 8 * geo.fn
+    read = [((int(r), int(c)), staging[int(staged_at(geo, r, c))]) for rows, cols in staged_reads(geo)
+            for r, c in zip(rows, cols)]
+    assert sorted(where for where, _ in read) == sorted(where for where, _ in staging.values())
+    assert all(where == held[0] for where, held in read)
+    for _, row, col, _ in (f for f in fragment_outputs(geo, acc) if f[0] == 0 and f[2][0] % 2 == 0):
+        for half in (slice(0, 16), slice(16, 32)):
+            words = staged_at(geo, row[half], col[half])
+            assert len({int(w + d) % 32 for w in words for d in (0, 1)}) == 32
+    for rows, cols in staged_reads(geo):
+        assert len({int(w) % 32 for w in staged_at(geo, rows, cols)}) == 32
+
 
 
 CONV_SHAPES = [  # c_in, c_out, L, KW, stride, pad, sessions, tiles (s0, s1, u0, u1)

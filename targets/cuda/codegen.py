@@ -233,6 +233,11 @@ def tiled_gemm_stage_floats(threads: int, warps_m: int, fm: int = 1, fn: int = 2
     return m * ld + max(n * ld, k * (n + 8))
 
 
+def tiled_gemm_block_floats(threads: int, warps_m: int, fm: int = 1, fn: int = 2, k: int | None = None) -> int:
+    """Floats of the tiled GEMM's block of outputs, kM x kN (its outputs as tg_store_staged stages them)."""
+    return 16 * fm * warps_m * 8 * fn * (threads // 32 // warps_m)
+
+
 TALL_WARPS_M = 5  # TgTall: the 80 x 48 block the kernel runs at 512 threads
 BIG_BLOCK = dict(warps_m=4, fm=2, fn=2, k=32)  # TgBig: the 128 x 64 block of 32 x 16 warp tiles at 512 threads
 
@@ -241,16 +246,18 @@ def gemm_smem_bytes(threads: int) -> int:
     """Bytes of dynamic shared memory the kernel of ``threads``-thread blocks needs (it exports the number as
     GEMM_SMEM_SYMBOL, which the runtime launches with): the GEMM bodies' buffer (kGemmSmemFloats), the tiled
     GEMM's TILED_GEMM_STAGES stages of its largest block (64 x kTgN, and at 512 threads the 80 x 48 TgTall and
-    the 128 x 64 TgBig) or the streaming GEMMs' threads x 8 floats, the larger. The kernel's static_assert
-    checks this number against its own geometry, so the two cannot drift. 512 threads: 4 x 9,024 floats
-    (TgTall), 144,384 bytes, of the H200's 227 KB a block (CUDA C++ Programming Guide, compute capability 9.0)."""
+    the 128 x 64 TgBig) and its largest block of outputs (tg_store_staged), or the streaming GEMMs' threads x 8
+    floats, the larger. The kernel's static_assert checks this number against its own geometry, so the two
+    cannot drift. 512 threads: 4 x 9,024 floats (TgTall's stages) + 8,192 (TgBig's outputs), 177,152 bytes;
+    with the kernel's 43,440 bytes of static shared memory (ptxas, Silero), 220,592 of the H200's 232,448 a
+    block (227 KB: CUDA C++ Programming Guide, compute capability 9.0)."""
     tg_k = 64 if threads == 512 else 32
     fits = threads % 128 == 0 and threads <= 1024 and 64 * tg_k % threads == 0
-    stage = tiled_gemm_stage_floats(threads, 4)
-    if threads == 512:
-        stage = max(stage, tiled_gemm_stage_floats(threads, TALL_WARPS_M), tiled_gemm_stage_floats(threads, **BIG_BLOCK))
+    blocks = [dict(warps_m=4)] + ([dict(warps_m=TALL_WARPS_M), BIG_BLOCK] if threads == 512 else [])
+    stage = max(tiled_gemm_stage_floats(threads, **b) for b in blocks)
+    outputs = max(tiled_gemm_block_floats(threads, **b) for b in blocks)
     streaming = threads * 8
-    return 4 * (max(TILED_GEMM_STAGES * stage, streaming) if fits else streaming)
+    return 4 * (max(TILED_GEMM_STAGES * stage + outputs, streaming) if fits else streaming)
 
 
 MAX_PARAM_WINDOW = 512  # int64 words of a task's parameter block the kernel stages in shared memory (4 KB)
@@ -651,11 +658,14 @@ struct Epilogue {
   }
   // The stored value of that output, whose accumulated value is `acc` and extra 0's value `x0` (first_extra's);
   // the identity inline, as apply's.
+  // kInline: the generated bodies' switch inline (generated_epilogue), not a call an output.
+  template <bool kInline = false>
   __device__ __forceinline__ float finish(float acc, float x0, unsigned s, const long long (&off)[kMaxInputs - 1],
                                           unsigned i, const long long (&step)[kMaxInputs - 1], bool& error) const {
     if (n_code == 0) return acc;
     float v[kMaxInputs] = {acc, x0};
     other_extras(s, off, i, step, v);
+    if constexpr (kInline) return evaluate(v, error);
     return evaluate_call(v[0], v[1], v[2], v[3], error);
   }
   // The values as arguments, not an array: an array passed by reference to a call lives in local memory.
@@ -1014,6 +1024,13 @@ constexpr bool kTgTall = kTgTallRows && kTgTallFits;
 // The big block runs at 512 threads (the tiled CONV's where its A rows are whole sessions apart: conv_tiled).
 // Switch: kTgBig = false leaves every tile to TgWide and TgTall.
 constexpr bool kTgBig = true;
+// Switch: kTgStagedStores = false stores each warp's outputs from its fragments' registers (tg_store_fragments).
+// Switch: kTgInlineEpilogue = false evaluates each output's generated epilogue body in a call (evaluate_call).
+// Both on, Silero p50 at 4,096 sessions 459 -> 445 us, 16,384 1,412 -> 1,393; staged alone 454 / 1,418; inline
+// alone 483 / 1,567 (its 16 unrolled outputs a thread each inlining the bodies' switch; bench/RESULTS.md
+// twentieth run).
+constexpr bool kTgStagedStores = true;
+constexpr bool kTgInlineEpilogue = true;
 constexpr bool kTgBigFits = kTgVec && kBlockThreads == 512 && tg_walks_exact<1, TgBig>() && tg_walks_exact<4, TgBig>();
 constexpr bool kTgBigOn = kTgBig && kTgBigFits;
 
@@ -1075,6 +1092,14 @@ constexpr int tg_stages_floats() {
   return kTgStages * (wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big));
 }
 
+// The tiled GEMM's outputs staged by warp (tg_store_staged): each computing warp's kWarpRows x kWarpCols, the
+// block's kM x kN, for the largest block the kernel runs; after the stages.
+constexpr int tg_out_floats() {
+  const int tall = kTgTallFits ? TgTall::kM * TgTall::kN : 0, big = kTgBigFits ? TgBig::kM * TgBig::kN : 0;
+  const int wide = TgWide::kM * TgWide::kN;
+  return wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big);
+}
+
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
 // the streaming GEMMs' (kSvSmemFloats). Dynamic shared memory, past the 48 KB a static array may take: the
 // runtime reads $gemm_smem_symbol from the module and launches with that many bytes (codegen.gemm_smem_bytes
@@ -1082,7 +1107,8 @@ constexpr int tg_stages_floats() {
 constexpr int kSvRows = 8;  // streaming GEMM: rows of A a pass keeps accumulators for
 constexpr int kSvSmemFloats = (int)kBlockThreads * kSvRows;
 constexpr int kGemmSmemFloats = $gemm_smem_floats;
-static_assert(kGemmSmemFloats == (kTgFits && tg_stages_floats() > kSvSmemFloats ? tg_stages_floats() : kSvSmemFloats),
+static_assert(kGemmSmemFloats == (kTgFits && tg_stages_floats() + tg_out_floats() > kSvSmemFloats
+                                      ? tg_stages_floats() + tg_out_floats() : kSvSmemFloats),
               "codegen.gemm_smem_bytes disagrees with the GEMM bodies' staging");
 static_assert(kTgStages >= 2, "the tiled GEMM copies at least one chunk ahead");
 extern "C" __device__ const unsigned $gemm_smem_symbol = kGemmSmemFloats * sizeof(float);
@@ -1090,6 +1116,8 @@ __device__ __forceinline__ float* gemm_smem() {
   extern __shared__ __align__(16) float wavec_gemm_smem[];
   return wavec_gemm_smem;
 }
+constexpr int kTgOutOffset = tg_stages_floats();  // floats: the stages first
+__device__ __forceinline__ float* tg_out_smem() { return gemm_smem() + kTgOutOffset; }
 
 // cp.async (sm_80 on): a 4- or 16-byte copy from global to shared memory that holds no register in flight.
 // The source's floats past CopySource::floats are written 0 and not read (src-size, as CUTLASS's
@@ -1167,7 +1195,9 @@ struct TgCursor {
 
 // The Rows (Ops::row's) of the block row being stored, row m0 + i at i: computed once a block row by kM threads
 // (tg_fill_rows), where each warp had computed its 2 FM rows at each block's store, a chain of dependent loads
-// of the payload's shape and strides a row. One buffer for every Ops and block (tg_rows), as gemm_smem.
+// of the payload's shape and strides a row (L2 round trips: a task's acquire invalidates the L1). Silero at
+// 16,384 sessions 1,557 -> 1,405 us, its LSTM matmuls 175 -> 139 us a task (bench/RESULTS.md twentieth run).
+// One buffer for every Ops and block, as gemm_smem.
 constexpr int kTgRowBytes = 64;
 constexpr int tg_max_rows() {
   const int tall = kTgTallFits ? TgTall::kM : 0, big = kTgBigFits ? TgBig::kM : 0, wide = TgWide::kM;
@@ -1184,12 +1214,13 @@ __device__ __forceinline__ void tg_fill_rows(const Ops& ops, unsigned m0, bool& 
   if (threadIdx.x < (unsigned)Block::kM) tg_rows<typename Ops::Row>()[threadIdx.x] = ops.row(m0 + threadIdx.x, error);
 }
 
-// The warp's outputs of the block at (m0, n0), its m16 tiles' rows in turn: fragment c0, c1 of tile (mt, nt)
-// at row m0 + wm + 16 mt + g, columns 2q, 2q + 1 of the n8 tile; c2, c3 at the row 8 below. A row pair's
-// epilogue inputs are all loaded before any is evaluated, so that their round trips overlap.
+// The warp's outputs of the block at (m0, n0) from its fragments' registers (kTgStagedStores = false), its m16
+// tiles' rows in turn: fragment c0, c1 of tile (mt, nt) at row m0 + wm + 16 mt + g, columns 2q, 2q + 1 of the
+// n8 tile; c2, c3 at the row 8 below. A row pair's epilogue inputs are all loaded before any is evaluated, so
+// that their round trips overlap.
 template <class Ops, int FM, int FN>
-__device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n0, unsigned wm, unsigned wn,
-                                         unsigned N, const float (&acc)[FM][FN][4], bool& error) {
+__device__ __forceinline__ void tg_store_fragments(const Ops& ops, unsigned n0, unsigned wm, unsigned wn, unsigned N,
+                                                   const float (&acc)[FM][FN][4], bool& error) {
   const unsigned g = threadIdx.x % 32 / 4, q = threadIdx.x % 4;
   const unsigned n_first = n0 + wn + 2 * q;  // column n_first + 8 nt + c
   const typename Ops::Row* table = tg_rows<typename Ops::Row>();
@@ -1214,6 +1245,52 @@ __device__ __forceinline__ void tg_store(const Ops& ops, unsigned m0, unsigned n
         for (int h = 0; h < 2; ++h)
           if (n_first + 8 * nt + c < N) ops.put(*rows[h], n_first + 8 * nt + c, in[nt][c][h], error);
   }
+}
+
+// The warp's outputs of the block at (m0, n0) through shared memory: its fragments written to its
+// kWarpRows x kWarpCols of tg_out_smem, then read back a row's consecutive columns a lane group (kCols lanes
+// a row), 4 rows an iteration of a loop not unrolled: each gather and store of the warp covers whole 32-byte
+// sectors (from fragments, 8 rows of 4 columns 2 apart), and the loop's code is 4 outputs', not 4 FM FN
+// unrolled (with the epilogue inline, Silero's tiled_matmul<false, 4, true> 7,604 -> 5,912 SASS lines; a
+// probe cutting the epilogue's call and gathers took its LSTM matmul at 16,384 sessions from 139 to 92 us,
+// bench/RESULTS.md twentieth run). The staged columns are swizzled (c ^ 8 on every other pair of rows) so that
+// neither the fragments' 8-byte writes nor the rows' reads share a bank. A warp's staging is rewritten only at
+// its next block's store, past the next step's barrier.
+template <class Ops, int FM, int FN>
+__device__ __forceinline__ void tg_store_staged(const Ops& ops, unsigned n0, unsigned wm, unsigned wn, unsigned N,
+                                                const float (&acc)[FM][FN][4], bool& error) {
+  constexpr int kRows = 16 * FM, kCols = 8 * FN, kPass = 32 / kCols, kUnroll = 4;  // kPass: rows a pass of the warp
+  static_assert(32 % kCols == 0 && kRows % (kUnroll * kPass) == 0, "tg_store_staged: a warp tile of 16 or 32 columns");
+  const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  float* const tile = tg_out_smem() + threadIdx.x / 32 * (kRows * kCols);
+  auto at = [](unsigned r, unsigned c) { return r * kCols + (c ^ (r >> 1 & 1) * 8); };
+#pragma unroll
+  for (int mt = 0; mt < FM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < FN; ++nt) {
+      const unsigned r = 16 * mt + g, c = 8 * nt + 2 * q;
+      *reinterpret_cast<float2*>(tile + at(r, c)) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(tile + at(r + 8, c)) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  __syncwarp();
+  const unsigned c = lane % kCols, n = n0 + wn + c;
+  const typename Ops::Row* const rows = tg_rows<typename Ops::Row>() + wm;
+  if (n >= N) return;
+#pragma unroll 1
+  for (unsigned r = lane / kCols; r < (unsigned)kRows; r += kUnroll * kPass) {
+    EpilogueIn in[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) in[u] = ops.gather(rows[r + u * kPass], n, tile[at(r + u * kPass, c)]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) ops.put(rows[r + u * kPass], n, in[u], error);
+  }
+}
+
+template <class Ops, int FM, int FN>
+__device__ __forceinline__ void tg_store(const Ops& ops, unsigned n0, unsigned wm, unsigned wn, unsigned N,
+                                         const float (&acc)[FM][FN][4], bool& error) {
+  if constexpr (kTgStagedStores) tg_store_staged(ops, n0, wm, wn, N, acc, error);
+  else tg_store_fragments(ops, n0, wm, wn, N, acc, error);
 }
 
 // The GEMM of one task's tile: out(m, n) = sum_k A(m, k) B(k, n) for m < M, n < N, k < K, through `ops`:
@@ -1292,7 +1369,7 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
     if (at.c + 1 == chunks) {  // the block's last chunk: its outputs, while the next blocks' chunks land
-      if (computes) tg_store(ops, at.m0, at.n0, wm, wn, N, acc, error);
+      if (computes) tg_store(ops, at.n0, wm, wn, N, acc, error);
 #pragma unroll
       for (int mt = 0; mt < Block::kFM; ++mt)
 #pragma unroll
@@ -1368,10 +1445,11 @@ struct MatmulTile {
                                                const long long (&step)[kMaxInputs - 1]) const {
     return {sum, r.valid ? ep.first_extra(r.s, r.extra_off, n, step) : 0.0f};
   }
+  template <bool kInline = false>
   __device__ __forceinline__ void put(const Epilogue& ep, const Row& r, unsigned n, EpilogueIn in,
                                       const long long (&step)[kMaxInputs - 1], bool& error) const {
     if (r.valid)
-      *out.at(r.s, r.off + n * on) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, step, error);
+      *out.at(r.s, r.off + n * on) = ep.template finish<kInline>(in.acc, in.x0, r.s, r.extra_off, n, step, error);
   }
   __device__ __forceinline__ void store(const Epilogue& ep, const Row& r, unsigned n, float sum, bool& error) const {
     long long step[kMaxInputs - 1];
@@ -1484,7 +1562,7 @@ struct MatmulTileOps {
     return tile.gather(ep, r, n, sum, step);
   }
   __device__ __forceinline__ void put(const Row& r, unsigned n, EpilogueIn in, bool& error) const {
-    tile.put(ep, r, n, in, step, error);
+    tile.put<kTgInlineEpilogue>(ep, r, n, in, step, error);
   }
 };
 
@@ -2273,7 +2351,8 @@ struct ConvTileOps {
   }
   __device__ __forceinline__ void put(const Row& r, unsigned n, EpilogueIn in, bool& error) const {
     if (!r.valid) return;
-    *out.at(r.s, (long long)(u0 + n) * T + r.t) = ep.finish(in.acc, in.x0, r.s, r.extra_off, n, r.step, error);
+    *out.at(r.s, (long long)(u0 + n) * T + r.t) =
+        ep.template finish<kTgInlineEpilogue>(in.acc, in.x0, r.s, r.extra_off, n, r.step, error);
   }
 };
 
