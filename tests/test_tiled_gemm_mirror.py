@@ -11,10 +11,13 @@ cp.async and 3xTF32 rounding included."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from test_interp import conv_ref
+from wavec.targets.cuda import codegen
 from wavec.targets.cuda.codegen import (BIG_BLOCK, TALL_WARPS_M, TILED_GEMM_STAGES, gemm_smem_bytes,
                                         tiled_gemm_stage_floats)
 
@@ -190,21 +193,26 @@ class Cursor:
 
 
 class RowTable:
-    """tg_rows: the Rows of one block row, filled by tg_fill_rows at the block row's first step and read at its
-    blocks' last steps. A fill must follow a barrier past the last read of the rows it replaces, and a read a
-    barrier past the fill (the next step's, or the fill's own when a block is one chunk)."""
+    """tg_rows: the Rows of one block row, row m0 + i at slot i, filled by tg_fill_rows (kM threads) at the block
+    row's first step and read at its blocks' last steps, with the kernel's barriers as events in program order: a
+    fill must follow a barrier past every read of the rows it replaces, a read a barrier past the fill."""
 
-    def __init__(self):
-        self.m0, self.filled_at, self.last_read, self.barrier_after_fill = None, None, -1, False
+    def __init__(self, slots: int):
+        self.rows = np.full(slots, -1)
+        self.filled, self.read_since_barrier, self.barrier_since_fill = False, False, False
 
-    def fill(self, m0: int, step: int, chunks: int) -> None:
-        assert self.last_read < step, "rows refilled before every warp stored with them"
-        self.m0, self.filled_at, self.barrier_after_fill = m0, step, chunks == 1
+    def barrier(self) -> None:
+        self.read_since_barrier, self.barrier_since_fill = False, True
 
-    def read(self, step: int) -> int:
-        assert self.filled_at is not None and (self.filled_at < step or self.barrier_after_fill), "rows read unfilled"
-        self.last_read = step
-        return self.m0
+    def fill(self, m0: int) -> None:
+        assert not self.read_since_barrier, "rows refilled before every warp stored with them"
+        self.rows[:] = m0 + np.arange(len(self.rows))
+        self.filled, self.barrier_since_fill = True, False
+
+    def read(self, i: np.ndarray) -> np.ndarray:
+        assert self.filled and self.barrier_since_fill, "rows read before every thread filled them"
+        self.read_since_barrier = True
+        return self.rows[i]
 
 
 def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
@@ -227,16 +235,19 @@ def tiled_gemm(geo: Geometry, ops, M: int, N: int, K: int) -> None:
     for j in range(TILED_GEMM_STAGES - 1):
         stage(j)
     acc = np.zeros((geo.warps, 32, geo.fm, geo.fn, 4))
-    rows = RowTable()
+    rows = RowTable(geo.m)
     for j in range(steps):
+        rows.barrier()  # the step's __syncthreads
         As, Bs = staged[j % TILED_GEMM_STAGES]  # read before the copy into the stage TILED_GEMM_STAGES - 1 ahead
         stage(j + TILED_GEMM_STAGES - 1)
         if at.n0 == 0 and at.c == 0:
-            rows.fill(at.m0, j, chunks)
+            rows.fill(at.m0)
+            if chunks == 1:
+                rows.barrier()
         for w in range(geo.computing):
             warp_products(As, Bs, *geo.warp_origin(w), acc[w])
         if at.c + 1 == chunks:
-            store_block(geo, ops, rows.read(j), at.n0, M, N, acc)
+            store_block(geo, ops, rows, at.n0, M, N, acc)
             acc[:] = 0
         at.advance()
 
@@ -274,20 +285,21 @@ def staged_reads(geo: Geometry):
             yield r0 + lane // cols + u * passes, lane % cols
 
 
-def store_block(geo: Geometry, ops, m0: int, n0: int, M: int, N: int, acc: np.ndarray) -> None:
-    """tg_store (tg_store_staged) for each computing warp: its fragments written to its staging (staged_at),
-    then read back in the loop's order (staged_reads), each output stored at row m0 + wm + its row, m0 the row
-    table's (RowTable)."""
+def store_block(geo: Geometry, ops, rows: RowTable, n0: int, M: int, N: int, acc: np.ndarray) -> None:
+    """tg_store (tg_store_staged): every computing warp writes its fragments to its part of the block's one
+    staging (tg_out_smem + warp x kRows x kCols, staged_at) before any reads back (so that parts overlapping
+    would show), then reads it in the loop's order (staged_reads), each output stored at the row the table holds
+    at slot wm + its row (RowTable)."""
+    tile = 16 * geo.fm * 8 * geo.fn
+    staging = np.full(geo.m * geo.n, np.nan)  # tg_out_floats() for this block
+    for warp, row, col, value in fragment_outputs(geo, acc):
+        staging[warp * tile + staged_at(geo, row, col)] = value
     for w in range(geo.computing):
-        staging = np.full(16 * geo.fm * 8 * geo.fn, np.nan)
-        for warp, row, col, value in fragment_outputs(geo, acc):
-            if warp == w:
-                staging[staged_at(geo, row, col)] = value
         wm, wn = geo.warp_origin(w)
         for row, col in staged_reads(geo):
-            m, n = m0 + wm + row, n0 + wn + col
+            m, n = rows.read(wm + row), n0 + wn + col
             keep = (n < N) & (m < M)
-            ops.store(m[keep], n[keep], staging[staged_at(geo, row, col)][keep])
+            ops.store(m[keep], n[keep], staging[w * tile + staged_at(geo, row, col)][keep])
 
 
 def epilogue_offsets(e: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
@@ -697,3 +709,30 @@ def test_a_tiled_matmul_of_no_k_stores_its_epilogue_of_zero(block):
     ops = MatmulOps(np.zeros((sessions, rows, 0)), np.zeros((0, N)), False, 0, sessions, 0, 1, 0, N, got, extra=extra)
     tiled_gemm(Geometry(512, 1, **block), ops, ops.M, ops.cols, ops.K)
     np.testing.assert_array_equal(got, r)
+
+
+def test_the_mirror_models_the_kernels_own_text():
+    """The lines of the kernel this mirror's RowTable, store_block, staged_at, staged_reads and STAGED_UNROLL
+    model, in the kernel's order: a kernel that drops the one-chunk barrier, moves the fill, changes the
+    swizzle, the unroll or a warp's staging offset fails here, not only on the GPU."""
+    kernel = Path(codegen.__file__).read_text()
+    in_order = [
+        "__syncthreads();  // step j is staged by every thread",
+        "if (at.n0 == 0 && at.c == 0) {",
+        "tg_fill_rows<Block>(ops, at.m0, error);",
+        "if (chunks == 1) __syncthreads();",
+        "if (at.c + 1 == chunks) {",
+        "if (computes) tg_store(ops, at.n0, wm, wn, N, acc, error);",
+    ]
+    at = [kernel.find(line) for line in in_order]
+    assert -1 not in at and at == sorted(at), dict(zip(in_order, at))
+    for line in (
+        "tg_rows<typename Ops::Row>()[threadIdx.x] = ops.row(m0 + threadIdx.x, error);",
+        f"kPass = 32 / kCols, kUnroll = {STAGED_UNROLL};",
+        "float* const tile = tg_out_smem() + threadIdx.x / 32 * (kRows * kCols);",
+        "auto at = [](unsigned r, unsigned c) { return r * kCols + (c ^ (r >> 1 & 1) * 8); };",
+        "const typename Ops::Row* const rows = tg_rows<typename Ops::Row>() + wm;",
+        "for (unsigned r = lane / kCols; r < (unsigned)kRows; r += kUnroll * kPass) {",
+        "in[u] = ops.gather(rows[r + u * kPass], n, tile[at(r + u * kPass, c)]);",
+    ):
+        assert kernel.count(line) == 1, line

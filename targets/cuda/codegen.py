@@ -1249,9 +1249,10 @@ __device__ __forceinline__ void tg_store_fragments(const Ops& ops, unsigned n0, 
 
 // The warp's outputs of the block at (m0, n0) through shared memory: its fragments written to its
 // kWarpRows x kWarpCols of tg_out_smem, then read back a row's consecutive columns a lane group (kCols lanes
-// a row), 4 rows an iteration of a loop not unrolled: each gather and store of the warp covers whole 32-byte
-// sectors (from fragments, 8 rows of 4 columns 2 apart), and the loop's code is 4 outputs', not 4 FM FN
-// unrolled (with the epilogue inline, Silero's tiled_matmul<false, 4, true> 7,604 -> 5,912 SASS lines; a
+// a row), 4 rows an iteration of a loop not unrolled: where a row's columns are contiguous (a MATMUL's), each
+// gather and store of the warp covers whole 32-byte sectors (from fragments, 8 rows of 4 columns 2 apart; a
+// tiled CONV's columns are channels, T floats apart, and its rows' steps contiguous), and the loop's code is 4
+// outputs', not 4 FM FN unrolled (with the epilogue inline, Silero's tiled_matmul<false, 4, true> 7,604 -> 5,912 SASS lines; a
 // probe cutting the epilogue's call and gathers took its LSTM matmul at 16,384 sessions from 139 to 92 us,
 // bench/RESULTS.md twentieth run). The staged columns are swizzled (c ^ 8 on every other pair of rows) so that
 // neither the fragments' 8-byte writes nor the rows' reads share a bank. A warp's staging is rewritten only at
@@ -1260,7 +1261,8 @@ template <class Ops, int FM, int FN>
 __device__ __forceinline__ void tg_store_staged(const Ops& ops, unsigned n0, unsigned wm, unsigned wn, unsigned N,
                                                 const float (&acc)[FM][FN][4], bool& error) {
   constexpr int kRows = 16 * FM, kCols = 8 * FN, kPass = 32 / kCols, kUnroll = 4;  // kPass: rows a pass of the warp
-  static_assert(32 % kCols == 0 && kRows % (kUnroll * kPass) == 0, "tg_store_staged: a warp tile of 16 or 32 columns");
+  // The swizzle keeps a value in its row, and the banks distinct, for 16 columns (every block's FN = 2) only.
+  static_assert(kCols == 16 && kRows % (kUnroll * kPass) == 0, "tg_store_staged: a warp tile of 16 columns");
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   float* const tile = tg_out_smem() + threadIdx.x / 32 * (kRows * kCols);
   auto at = [](unsigned r, unsigned c) { return r * kCols + (c ^ (r >> 1 & 1) * 8); };
