@@ -7,7 +7,10 @@
 Variants (CUTS, text replacements in the generated kernel, each of which must occur exactly once):
 ``base``; ``-products`` (no fragment reads, splits or mma); ``-stores`` (no block stores; ptxas then drops the
 products as well, since nothing reads them: an mma that is ``asm volatile`` in CUDA C is not so in SASS);
-``-copies`` (no cp.async: the products read whatever the stages hold); ``-all``. Prints, per profile, the
+``-copies`` (no cp.async: the products read whatever the stages hold); ``-all``; and the store path's parts:
+``-evaluate`` (every epilogue evaluated inline as add(%0, %1), Silero's LSTM epilogue, whatever its body),
+``-gathers`` (no epilogue input or CONV bias loaded), ``-writes`` (each output's value kept, not stored),
+``-eval-gath``. ``--variants`` picks some (base is always run). Prints, per profile, the
 median beat span (us) of each variant and, for the base's 8 longest phases, span / body p50 / body max (us)
 under each variant; bench/RESULTS.md nineteenth run has a table. The first 2 of ``--beats`` traced beats are
 warm-up. Needs numpy, cuda-bindings and nvcc (the GPU machine, 16 builds at once); not xDSL.
@@ -36,8 +39,23 @@ CUTS = {
     "copies": [("        if (WalkA::copies(i)) cp_async<W>(As", "        if (false) cp_async<W>(As"),
                ("        if (WalkB::copies(i))\n          cp_async<W>(Bs", "        if (false)\n          cp_async<W>(Bs")],
 }
+CUTS.update({
+    "evaluate": [("    if constexpr (kInline) return evaluate(v, error);\n    return evaluate_call(v[0], v[1], v[2], v[3], error);",
+                  "    return v[0] + v[1];")],
+    "gathers": [("    return {sum, r.valid ? ep.first_extra(r.s, r.extra_off, n, step) : 0.0f};", "    return {sum, 0.0f};"),
+                ("    return {has_bias ? sum + *bias.at(r.s, u0 + n) : sum, ep.first_extra(r.s, r.extra_off, n, r.step)};",
+                 "    return {sum, 0.0f};")],
+    "writes": [("      *out.at(r.s, r.off + n * on) = ep.template finish<kInline>(in.acc, in.x0, r.s, r.extra_off, n, step, error);",
+                "      { const float v = ep.template finish<kInline>(in.acc, in.x0, r.s, r.extra_off, n, step, error);\n"
+                "        if (v == 1.2345e-30f) *out.at(r.s, r.off + n * on) = v; }"),
+               ("    *out.at(r.s, (long long)(u0 + n) * T + r.t) =\n"
+                "        ep.template finish<kTgInlineEpilogue>(in.acc, in.x0, r.s, r.extra_off, n, r.step, error);",
+                "    { const float v = ep.template finish<kTgInlineEpilogue>(in.acc, in.x0, r.s, r.extra_off, n, r.step, error);\n"
+                "      if (v == 1.2345e-30f) *out.at(r.s, (long long)(u0 + n) * T + r.t) = v; }")],
+})
 VARIANTS = {"base": [], "-products": ["products"], "-stores": ["stores"], "-copies": ["copies"],
-            "-all": ["stores", "products", "copies"]}
+            "-all": ["stores", "products", "copies"], "-evaluate": ["evaluate"], "-gathers": ["gathers"],
+            "-writes": ["writes"], "-eval-gath": ["evaluate", "gathers"]}
 
 
 def variant_source(source: str, cuts: list[str]) -> str:
@@ -75,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("profiles", nargs="+", type=Path)
     ap.add_argument("--beats", type=int, default=8, help=f"traced beats a variant, the first {WARMUP_BEATS} untimed")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--variants", nargs="+", choices=[v for v in VARIANTS if v != "base"], default=None,
+                    help="the cut variants to run beside base (default: all)")
     args = ap.parse_args(argv)
     if args.beats <= WARMUP_BEATS:
         ap.error(f"--beats must be over {WARMUP_BEATS}")
@@ -87,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = wavec.load(directory)
         base = kernel_for(profile, False)
         try:
-            jobs += [(directory, profile, name, variant_source(base, cuts)) for name, cuts in VARIANTS.items()]
+            jobs += [(directory, profile, name, variant_source(base, cuts)) for name, cuts in VARIANTS.items()
+                     if name == "base" or args.variants is None or name in args.variants]
         except ValueError as e:
             sys.exit(str(e))
     t0 = time.perf_counter()
