@@ -774,12 +774,14 @@ def tiny_mlir(tmp_path, capsys) -> Path:
     (["{mlir}", "-p", "wave-to-wpk{workers=2}"], "wave-to-wpk: the module has no wave.cohort attribute"),
     (["{bad}"], "Operation wave.bogus is not registered"),
     (["{missing}"], "no-such.mlir: No such file or directory"),
+    (["{onnx}"], "wavec-opt reads wave IR (.mlir), not an ONNX model: write its IR with `wavec import MODEL.onnx"),
     (["{mlir}", "-p", "wave-fuse", "-o", "/proc/wavec-x.mlir"], "cannot write"),
 ])
 def test_wavec_opt_errors_have_no_traceback(tiny_mlir, tmp_path, capsys, argv, message):
     bad = tmp_path / "bad.mlir"
     bad.write_text('builtin.module {\n  "wave.bogus"() : () -> ()\n}\n')
-    subs = {"{mlir}": str(tiny_mlir), "{bad}": str(bad), "{missing}": str(tmp_path / "no-such.mlir")}
+    subs = {"{mlir}": str(tiny_mlir), "{bad}": str(bad), "{missing}": str(tmp_path / "no-such.mlir"),
+            "{onnx}": str(_tiny(tmp_path))}
     assert opt_main([subs.get(a, a) for a in argv]) == 1
     err = _opt_error(capsys)
     assert message in err.splitlines()[0]
@@ -830,6 +832,18 @@ def test_report_into_a_closed_pipe_is_quiet(tiny_profile):
     proc = subprocess.Popen([sys.executable, "-c", code, "report", str(tiny_profile), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before anything is written (`| head` that already left)
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert err == "" and proc.returncode == 0
+
+
+def test_wavec_opt_into_a_closed_pipe_is_quiet(tiny_mlir):
+    """`wavec-opt ... | head` once head has left: no "Broken pipe" error (a BrokenPipeError is an OSError,
+    which wavec-opt otherwise reports), exit status 0, as mlir-opt."""
+    code = "import sys; from wavec.opt import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tiny_mlir), "-p", "wave-fuse"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert err == "" and proc.returncode == 0

@@ -175,6 +175,9 @@ def format_error(e: BaseException) -> str:
     if isinstance(e, ParseError) and len(lines) >= 3:
         where, excerpt, message = lines[0], lines[1:-1], lines[-1].strip()
         return "\n".join([f"wavec-opt: error: {where}: {message}", *excerpt])
+    if lines[0].strip() == "Unrecognized file extension 'onnx'":
+        return ("wavec-opt: error: wavec-opt reads wave IR (.mlir), not an ONNX model: write its IR with "
+                "`wavec import MODEL.onnx -o MODEL.mlir` first")
     if isinstance(e, ArgSpecParseError) and len(lines) >= 2:
         message = lines[-1].strip()
         where = next((ln.removeprefix("pass-pipeline:") for ln in lines if ln.startswith("pass-pipeline:")), "")
@@ -226,14 +229,14 @@ def main(args: Sequence[str] | None = None) -> int:
     try:
         WavecOptMain(args=argv).run()
         sys.stdout.flush()
-    except ERRORS as e:
-        print(format_error(e), file=sys.stderr)
-        return 1
-    except BrokenPipeError:
+    except BrokenPipeError:  # `wavec-opt ... | head`: the reader left; stop quietly, as mlir-opt does
         from wavec.cli import quiet_broken_pipe
 
         quiet_broken_pipe()
         return 0
+    except ERRORS as e:  # after BrokenPipeError, an OSError too
+        print(format_error(e), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0
