@@ -160,6 +160,8 @@ class WpkArena(ModulePass):
             raise PassFailedException(
                 f"wpk-arena: granularity must be none, op, tile or auto, got {self.granularity!r}")
         phases = phases_of(op)
+        if not phases:
+            raise PassFailedException("wpk-arena: the module has no wpk.phase; run wave-to-wpk first")
         if any(t.worker is not None for phase in phases for t in phase.tasks):
             raise PassFailedException(
                 "wpk-arena: the tasks are already scheduled; run wpk-arena before wpk-schedule (the schedule's "

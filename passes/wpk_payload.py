@@ -235,6 +235,9 @@ class WpkPayload(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         buffers = buffers_of(op)
         tasks = tasks_of(op)
+        if not tasks:
+            raise PassFailedException("wpk-payload: the module has no wpk.tasks; run wave-to-wpk, wpk-arena and "
+                                      "wpk-schedule first")
         number_ewise_bodies(tasks)
         number_epilogue_bodies(tasks)
         _, where = params_table(tasks)
