@@ -494,7 +494,7 @@ def _bad_inputs(tmp_path: Path, kind: str) -> Path:
 
 
 @pytest.mark.parametrize("kind, message", [
-    ("text", "not a readable .npz archive"),
+    ("text", "not an .npz archive (it does not begin as a zip file)"),
     ("truncated", "not a readable .npz archive"),
     ("npy", "not an .npz archive"),
     ("object", "holds Python objects"),

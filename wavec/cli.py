@@ -252,6 +252,10 @@ def _read_inputs(path: str) -> dict:
     if not p.is_file():
         raise WavecError(f"{path}: no such inputs file")
     fix = "write it with numpy.savez(path, input=frames[, reset=flags])"
+    with open(p, "rb") as f:
+        magic = f.read(6)
+    if not magic.startswith((b"PK\x03\x04", b"\x93NUMPY")):  # neither a zip (.npz) nor an .npy: numpy would try pickle
+        raise WavecError(f"{path}: not an .npz archive (it does not begin as a zip file); {fix}")
     try:
         data = np.load(p, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
