@@ -233,11 +233,11 @@ class WpkPayload(ModulePass):
     name = "wpk-payload"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not phases_of(op):  # a lowered program of no tasks (zero-size tensors) still has its phases
+            raise PassFailedException("wpk-payload: the module has no wpk.phase; run wave-to-wpk, wpk-arena and "
+                                      "wpk-schedule first")
         buffers = buffers_of(op)
         tasks = tasks_of(op)
-        if not tasks:
-            raise PassFailedException("wpk-payload: the module has no wpk.tasks; run wave-to-wpk, wpk-arena and "
-                                      "wpk-schedule first")
         number_ewise_bodies(tasks)
         number_epilogue_bodies(tasks)
         _, where = params_table(tasks)

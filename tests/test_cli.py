@@ -773,7 +773,7 @@ def tiny_mlir(tmp_path, capsys) -> Path:
     (["{mlir}", "-p", "wave-cohort{sessions=2"], "Malformed pass arguments"),
     (["{mlir}", "-p", "wave-to-wpk{workers=2}"], "wave-to-wpk: the module has no wave.cohort attribute"),
     (["{mlir}", "-p", "wave-cohort{sessions=2},wpk-arena"], "wpk-arena: the module has no wpk.phase; run wave-to-wpk first"),
-    (["{mlir}", "-p", "wpk-payload"], "wpk-payload: the module has no wpk.tasks; run wave-to-wpk, wpk-arena and wpk-schedule"),
+    (["{mlir}", "-p", "wpk-payload"], "wpk-payload: the module has no wpk.phase; run wave-to-wpk, wpk-arena and wpk-schedule"),
     (["{bad}"], "Operation wave.bogus is not registered"),
     (["{missing}"], "no-such.mlir: No such file or directory"),
     (["{onnx}"], "wavec-opt reads wave IR (.mlir), not an ONNX model: write its IR with `wavec import MODEL.onnx"),
