@@ -234,7 +234,8 @@ def tiled_gemm_stage_floats(threads: int, warps_m: int, fm: int = 1, fn: int = 2
 
 
 def tiled_gemm_block_floats(threads: int, warps_m: int, fm: int = 1, fn: int = 2, k: int | None = None) -> int:
-    """Floats of the tiled GEMM's block of outputs, kM x kN (its outputs as tg_store_staged stages them)."""
+    """Floats of the tiled GEMM's block of outputs, kM x kN (its outputs as tg_store_staged stages them); ``k``,
+    the chunk, does not size it (taken so that one block's arguments serve both this and the stage's size)."""
     return 16 * fm * warps_m * 8 * fn * (threads // 32 // warps_m)
 
 
@@ -1084,21 +1085,19 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&a_big
   mma_3xtf32<kBTf32>(d, a_big, a_small, BFragment<kBTf32>(b0, b1));
 }
 
-// The tiled GEMM's staging: kTgStages chunks, each A[kM][kLd] then B, stored as it lies in memory:
-// [kN][kLd] when k-contiguous, [kK][kLdN] when n-contiguous (TgBlock), for the largest block the kernel runs.
-constexpr int tg_stages_floats() {
-  const int tall = kTgTallFits ? TgTall::kStageFloats : 0, big = kTgBigFits ? TgBig::kStageFloats : 0;
-  const int wide = TgWide::kStageFloats;
-  return kTgStages * (wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big));
-}
-
-// The tiled GEMM's outputs staged by warp (tg_store_staged): each computing warp's kWarpRows x kWarpCols, the
-// block's kM x kN, for the largest block the kernel runs; after the stages.
-constexpr int tg_out_floats() {
-  const int tall = kTgTallFits ? TgTall::kM * TgTall::kN : 0, big = kTgBigFits ? TgBig::kM * TgBig::kN : 0;
-  const int wide = TgWide::kM * TgWide::kN;
+// The largest of a block's property `of` (a function of the block) over the blocks the kernel runs: TgWide,
+// and TgTall and TgBig where they fit.
+template <class Of>
+constexpr int tg_largest(Of of) {
+  const int wide = of(TgWide{}), tall = kTgTallFits ? of(TgTall{}) : 0, big = kTgBigFits ? of(TgBig{}) : 0;
   return wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big);
 }
+// The tiled GEMM's staging: kTgStages chunks, each A[kM][kLd] then B, stored as it lies in memory:
+// [kN][kLd] when k-contiguous, [kK][kLdN] when n-contiguous (TgBlock), for the largest block the kernel runs.
+constexpr int tg_stages_floats() { return kTgStages * tg_largest([](auto b) { return decltype(b)::kStageFloats; }); }
+// The tiled GEMM's outputs staged by warp (tg_store_staged): each computing warp's kWarpRows x kWarpCols, the
+// block's kM x kN, for the largest block the kernel runs; after the stages.
+constexpr int tg_out_floats() { return tg_largest([](auto b) { return decltype(b)::kM * decltype(b)::kN; }); }
 
 // The GEMM bodies' shared memory, one buffer for every kind of task that uses it: the tiled GEMM's stages or
 // the streaming GEMMs' (kSvSmemFloats). Dynamic shared memory, past the 48 KB a static array may take: the
@@ -1199,11 +1198,7 @@ struct TgCursor {
 // 16,384 sessions 1,557 -> 1,405 us, its LSTM matmuls 175 -> 139 us a task (bench/RESULTS.md twentieth run).
 // One buffer for every Ops and block, as gemm_smem.
 constexpr int kTgRowBytes = 64;
-constexpr int tg_max_rows() {
-  const int tall = kTgTallFits ? TgTall::kM : 0, big = kTgBigFits ? TgBig::kM : 0, wide = TgWide::kM;
-  return wide > tall ? (wide > big ? wide : big) : (tall > big ? tall : big);
-}
-__shared__ __align__(16) unsigned char tg_row_table[tg_max_rows() * kTgRowBytes];
+__shared__ __align__(16) unsigned char tg_row_table[tg_largest([](auto b) { return decltype(b)::kM; }) * kTgRowBytes];
 template <class Row>
 __device__ __forceinline__ Row* tg_rows() {
   static_assert(sizeof(Row) <= kTgRowBytes && alignof(Row) <= 16, "a tiled GEMM's Row outgrew tg_rows' slots");
