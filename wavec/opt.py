@@ -13,12 +13,29 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO
 
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
+from xdsl.utils.frontend import Frontend
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from wavec.errors import WavecError
 from wavec.registry import check_pass_options, get_all_dialects, get_all_passes
+
+
+@dataclass(frozen=True)
+class OnnxInput(Frontend):
+    """The frontend of an .onnx input: it refuses the file, naming `wavec import`, which writes a model's wave IR
+    (wavec-opt's input) with the bindings and session state an import needs. Raises WavecError."""
+
+    name = "onnx"
+
+    def parse(self, ctx: Context, input: IO[bytes], input_name: str = "input") -> ModuleOp:
+        raise WavecError(f"{input_name}: wavec-opt reads wave IR (.mlir), not an ONNX model: write its IR with "
+                         "`wavec import MODEL.onnx -o MODEL.mlir` first")
 
 
 class WavecOptMain(xDSLOptMain):
@@ -36,6 +53,10 @@ class WavecOptMain(xDSLOptMain):
         for name, factory in get_all_dialects().items():
             if name not in self.ctx.registered_dialect_names:
                 self.ctx.register_dialect(name, factory)
+
+    def register_all_frontends(self):
+        super().register_all_frontends()
+        self.available_frontends[OnnxInput.name] = lambda: OnnxInput
 
     def register_all_passes(self):
         super().register_all_passes()
@@ -175,9 +196,6 @@ def format_error(e: BaseException) -> str:
     if isinstance(e, ParseError) and len(lines) >= 3:
         where, excerpt, message = lines[0], lines[1:-1], lines[-1].strip()
         return "\n".join([f"wavec-opt: error: {where}: {message}", *excerpt])
-    if lines[0].strip() == "Unrecognized file extension 'onnx'":
-        return ("wavec-opt: error: wavec-opt reads wave IR (.mlir), not an ONNX model: write its IR with "
-                "`wavec import MODEL.onnx -o MODEL.mlir` first")
     if isinstance(e, ArgSpecParseError) and len(lines) >= 2:
         message = lines[-1].strip()
         where = next((ln.removeprefix("pass-pipeline:") for ln in lines if ln.startswith("pass-pipeline:")), "")
