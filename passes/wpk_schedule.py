@@ -31,7 +31,11 @@ bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates f
 ``peak-flops`` / ``hbm-bandwidth`` options); the overhead is ``task-overhead-us``, or by default the
 target's measured fixed cost of a task of its opcode (wavec.hw.task_overhead_us: on the H200 a one-session
 MATMUL or CONV task takes microseconds whatever its work, so a short chain placed behind one costs more than a
-handoff); a wait that crosses workers adds ``handoff-us``. Ready
+handoff); a wait that crosses workers adds ``handoff-us``. With ``task-costs`` (a timeline file of the same program
+traced on the GPU, wavec.analysis.measured_costs) each task is charged its phase's measured median body,
+scaled by its share of the phase's modeled cost, plus the measured gap between a worker's tasks; the
+insertion policy then runs at any cohort, and of that placement and the model's (as without the file) the
+pass keeps the one that ends sooner when both are replayed under the measured costs. Ready
 tasks are taken by critical-path priority (longest cost path to the end of the beat) and placed on the
 worker where they can start earliest (in a cohort of at most `insertion-max-sessions`, into an idle
 stretch ahead of that worker's later tasks where one holds them: HEFT's insertion policy); a worker runs its
@@ -41,7 +45,8 @@ At phase granularity the phases run one after another, so each phase's tasks sim
 the worker free earliest (LPT), with no priorities over a wait graph.
 
 Module attributes: ``wpk.workers``, ``wpk.counters``, and the modeled schedule: ``wpk.beat_us``
-(makespan), ``wpk.task_us`` and ``wpk.handoff_us`` (the costs charged), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
+(makespan), ``wpk.task_us`` and ``wpk.handoff_us`` (the costs charged; ``wpk.measured_us``, the measured
+ones, with ``task-costs``), ``wpk.critical_path_us``, ``wpk.worker_load_us`` ([min, mean, max] busy time per worker),
 ``wpk.waits`` (wait slots used) and ``wpk.phase_waits`` (grid-wide waits: on every task of a phase that spans
 more than one session range).
 """
@@ -283,7 +288,12 @@ class WpkSchedule(ModulePass):
     insertion_max_sessions: int = field(
         default=0,
         metadata={"help": "largest cohort whose tasks may go into a worker's idle stretch ahead of its later "
-                          "tasks (HEFT's insertion policy; 0: never)"},
+                          "tasks (HEFT's insertion policy; 0: never); any cohort when task-costs is given"},
+    )
+    task_costs: str = field(
+        default="",
+        metadata={"help": "a timeline file (wavec run --backend cuda --timeline FILE.json) of this program: "
+                          "charge each phase's tasks their measured body instead of the model's (\"\": the model)"},
     )
 
     def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> tuple[str, str]:
@@ -351,6 +361,28 @@ class WpkSchedule(ModulePass):
             chosen.remove(victim)
         return chosen
 
+    def _charge_measured(self, tasks: list[_Task], phase_ops: list[wpk.PhaseOp], sessions: int) -> dict[str, float]:
+        """Charges every task its phase's measured median body, scaled by its modeled cost within the phase
+        (wavec.analysis.measured_costs), plus the measured gap between a worker's tasks; returns both (us) as
+        ``{"task_gap_us": gap, "phases": {name: body}}``."""
+        from wavec.analysis.measured_costs import load_measured_costs, scaled_to_measured
+        from wavec.errors import WavecError
+
+        names = [ph.sym_name.data for ph in phase_ops]
+        counts: dict[str, int] = {}
+        for t in tasks:
+            counts[names[t.phase]] = counts.get(names[t.phase], 0) + 1
+        try:
+            measured = load_measured_costs(self.task_costs)
+            measured.check_matches(sessions, self.workers, counts)
+        except WavecError as e:
+            raise PassFailedException(f"wpk-schedule: {e}") from e
+        phase = np.array([t.phase for t in tasks], np.int64)
+        body = np.array([measured.body_us.get(n, 0.0) for n in names])
+        for t, cost in zip(tasks, scaled_to_measured([t.cost for t in tasks], phase, body)):
+            t.cost = float(cost) + measured.task_gap_us
+        return {"task_gap_us": measured.task_gap_us, "phases": {n: measured.body_us[n] for n in names if n in counts}}
+
     def _check_options(self) -> None:
         if self.granularity not in ("tile", "phase", "auto"):
             raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
@@ -397,6 +429,8 @@ class WpkSchedule(ModulePass):
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
             t.cost = overhead[t.op.opcode.data] + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
+        model_cost = [t.cost for t in tasks]
+        measured = self._charge_measured(tasks, phase_ops, wave.cohort_size(op) or 1) if self.task_costs else None
 
         # ---- groups and their counters
         counters: list[_Counter] = []
@@ -464,8 +498,12 @@ class WpkSchedule(ModulePass):
             worker_of, position, finish, busy, critical = _barrier_list_schedule(tasks, phases, self.workers, handoff)
         else:
             insertion = (wave.cohort_size(op) or 1) <= self.insertion_max_sessions
-            worker_of, position, finish, busy, critical = _list_schedule(
-                tasks, counters, phase_counter, self.workers, handoff, insertion)
+            if measured is None:
+                worker_of, position, finish, busy, critical = _list_schedule(
+                    tasks, counters, phase_counter, self.workers, handoff, insertion)
+            else:
+                worker_of, position, finish, busy, critical = _best_measured_schedule(
+                    tasks, counters, phase_counter, self.workers, handoff, insertion, model_cost)
 
         # ---- allocate counter numbers: group counters always (a task must signal), phase ones if waited
         waited = {c for t in tasks for c in t.waits}
@@ -508,6 +546,10 @@ class WpkSchedule(ModulePass):
         # The costs it charged, for the modeled timeline to replay the same model (wavec.analysis.timeline).
         op.attributes["wpk.task_us"] = DictionaryAttr({k: FloatAttr(v, f64) for k, v in sorted(overhead.items())})
         op.attributes["wpk.handoff_us"] = FloatAttr(handoff, f64)
+        if measured is not None:
+            op.attributes["wpk.measured_us"] = DictionaryAttr({
+                "task_gap_us": FloatAttr(measured["task_gap_us"], f64),
+                "phases": DictionaryAttr({k: FloatAttr(v, f64) for k, v in measured["phases"].items()})})
         op.attributes["wpk.critical_path_us"] = FloatAttr(round(critical, 3), f64)
         op.attributes["wpk.worker_load_us"] = ArrayAttr(
             [FloatAttr(round(float(v), 3), f64) for v in (busy.min(), busy.mean(), busy.max())]
@@ -606,6 +648,74 @@ def _list_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: 
             position[i] = k
     _drop_implied_waits(tasks, counters, sequence, lists, worker_of, position, workers)
     return worker_of, position, finish, busy, critical
+
+
+def _best_measured_schedule(tasks: list[_Task], counters: list[_Counter], phase_counter: dict[int, int],
+                            workers: int, handoff: float, model_insertion: bool, model_cost: list[float]):
+    """With measured costs (``t.cost``): two list schedules, one placing the tasks by the measured costs (with
+    the insertion policy: the idle stretches it fills are measured ones) and one by the model's (as without
+    them), each replayed under the measured costs (`_replay`); the one that ends sooner. List scheduling is a
+    heuristic: under the measured costs the model's placement can end sooner (Silero at 64 sessions: 72.6
+    against 76.6 us, bench/RESULTS.md twenty-first run). Returns what `_list_schedule` does, the finishes and
+    loads replayed, the critical path the measured costs'."""
+    measured_cost = [t.cost for t in tasks]
+    waits = [list(t.waits) for t in tasks]
+    best, critical = None, None
+    for placing, insertion in ((measured_cost, True), (model_cost, model_insertion)):
+        for t, cost, w in zip(tasks, placing, waits):
+            t.cost, t.waits = cost, list(w)
+        worker_of, position, _, _, path = _list_schedule(tasks, counters, phase_counter, workers, handoff, insertion)
+        critical = path if critical is None else critical
+        for t, cost in zip(tasks, measured_cost):
+            t.cost = cost
+        finish = _replay(tasks, counters, worker_of, position, workers, handoff)
+        if best is None or max(finish, default=0.0) < max(best[2], default=0.0):
+            best = (worker_of, position, finish, [t.waits for t in tasks])
+    worker_of, position, finish, kept = best
+    for t, w in zip(tasks, kept):
+        t.waits = w
+    busy = np.bincount(np.asarray(worker_of, np.int64), weights=measured_cost, minlength=workers)
+    return worker_of, position, finish, busy, critical
+
+
+def _replay(tasks: list[_Task], counters: list[_Counter], worker_of: list[int], position: list[int], workers: int,
+            handoff: float) -> list[float]:
+    """Each task's finish (us) when every worker runs its tasks in position order, each once its worker is free
+    and the tasks of the counters it waits on have finished, plus a handoff where one of them ran on another
+    worker: the beat the payloads encode, as wavec.analysis.timeline's model_timeline replays it."""
+    lists: list[list[int]] = [[] for _ in range(workers)]
+    for i in sorted(range(len(tasks)), key=lambda i: position[i]):
+        lists[worker_of[i]].append(i)
+    waited = {c for t in tasks for c in t.waits}
+    left = {c: len(counters[c].tasks) for c in waited}
+    member_of: dict[int, list[int]] = {}
+    for c in waited:
+        for i in counters[c].tasks:
+            member_of.setdefault(i, []).append(c)
+    done_at: dict[int, float] = {}
+    finish = [0.0] * len(tasks)
+    cursor, free = [0] * workers, [0.0] * workers
+    progress = True
+    while progress:
+        progress = False
+        for w, rows in enumerate(lists):
+            while cursor[w] < len(rows):
+                i = rows[cursor[w]]
+                if any(left[c] for c in tasks[i].waits):
+                    break
+                start = free[w]
+                for c in tasks[i].waits:
+                    remote = any(worker_of[s] != w for s in counters[c].tasks)
+                    start = max(start, done_at[c] + (handoff if remote else 0.0))
+                finish[i] = free[w] = start + tasks[i].cost
+                for c in member_of.get(i, ()):
+                    left[c] -= 1
+                    done_at[c] = max(done_at.get(c, 0.0), finish[i])
+                cursor[w] += 1
+                progress = True
+    if any(cursor[w] < len(rows) for w, rows in enumerate(lists)):  # cannot happen: waits point at earlier starts
+        raise PassFailedException("wpk-schedule: internal error: the schedule's waits never resolve")
+    return finish
 
 
 class _Gaps:

@@ -2,7 +2,7 @@
 """Silero VAD on the GPU: check the compiled profiles against onnxruntime and time their beats.
 
     python3 scripts/silero_gpu.py PROFILE_DIR... [--check-beats 200] [--beats 1000] [--warmup 100]
-                                  [--json OUT.json] [--bytecode]
+                                  [--json OUT.json] [--timeline-dir DIR] [--bytecode]
 
 For each profile (compiled on a machine with xDSL by `wavec compile ... -o DIR` or
 `python3 scripts/silero_profiles.py`): build the kernel with nvcc, serve `--check-beats` beats of the
@@ -11,7 +11,8 @@ shipped speech (wavec.audio.cohort_schedule: staggered joins and rejoins, per-se
 state (wavec.reference), and report the max abs error of `output` and `stateN`; then time
 `--warmup` + `--beats` beats and print beat latency p50/p99 (host publishes the input epoch -> host
 sees the output epoch, microseconds); finally run `--trace-beats` beats with the kernel's per-task
-timeline on and print the slowest phases of the last one. Column ``tvm``: the EWISE tasks that run a
+timeline on and print the slowest phases of the last one (``--timeline-dir``: and write the timeline, whose
+measured task costs `wavec compile --task-costs` schedules by). Column ``tvm``: the EWISE tasks that run a
 generated TVM TensorIR body in the kernel (compile the profiles where apache-tvm is installed), of all
 EWISE tasks; ``--bytecode`` regenerates each kernel without those bodies, for an A/B of one profile.
 Needs numpy, onnxruntime, cuda-bindings and nvcc; not xDSL.
@@ -41,7 +42,7 @@ def check_and_time(directory: Path, args) -> dict:
     from wavec.reference import onnx_stateful_reference
     from wavec.targets.cuda import runtime
     from wavec.targets.cuda.build import build_cubin
-    from wavec.targets.cuda.timeline import phase_rows
+    from wavec.targets.cuda.timeline import Timeline
 
     profile = wavec.load(directory)
     n = profile.sessions
@@ -63,12 +64,17 @@ def check_and_time(directory: Path, args) -> dict:
             session.beat({"input": frames[b]}, reset[b])
         wall = time.perf_counter() - t0
         lat = np.array(session.latencies_us[args.warmup :])
+    timeline = Timeline()
     with runtime.CudaSession(profile, cubin=cubin, trace=True) as session:
         for b in range(args.trace_beats):
             session.beat({"input": frames[b]}, reset[b])
-        timeline = phase_rows(profile, session.read_trace())
+            timeline.add(profile, session.read_trace())
+    if args.timeline_dir is not None:
+        args.timeline_dir.mkdir(parents=True, exist_ok=True)
+        (args.timeline_dir / f"{directory.name}.json").write_text(json.dumps(timeline.to_json(), indent=1))
     return {
-        "timeline": timeline,
+        "timeline": timeline.phases,
+        "phase_costs": timeline.phase_costs(),
         "profile": str(directory),
         "sessions": n,
         "tasks": int(len(profile.payloads)),
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beats", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--trace-beats", type=int, default=20, help="beats run with the per-task timeline on")
+    ap.add_argument("--timeline-dir", type=Path, help="write each profile's timeline (`wavec run --timeline`'s "
+                    "format, with the phase costs `wavec compile --task-costs` takes) to DIR/PROFILE_NAME.json")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--bytecode", action="store_true", help="kernels without their generated EWISE bodies")
     args = ap.parse_args(argv)

@@ -1,8 +1,8 @@
 """`wavec`: compile a model to a profile, run it, report it, verify it.
 
     wavec compile MODEL.onnx|NAME:PRESET --sessions N [--hw h200] [--workers W] [--bind NAME=VALUE]... [--frame NAME=LEN]...
-                  [--state IN=OUT]... [--pipeline SPEC|FILE.yaml] [--print-ir-after-all]
-                  [--print-ir-after PASS]... -o DIR
+                  [--state IN=OUT]... [--pipeline SPEC|FILE.yaml] [--task-costs TIMELINE.json]
+                  [--print-ir-after-all] [--print-ir-after PASS]... -o DIR
     wavec import MODEL.onnx|NAME:PRESET [--bind NAME=VALUE]... [--frame NAME=LEN]... [--state IN=OUT]... [-o MODEL.mlir]
     wavec run DIR --backend interp|cuda --inputs IN.npz -o OUT.npz [--timeline FILE.json]
     wavec report DIR [--json] [--top N] [--gantt FILE.png] [--compare-relax] [--timeline FILE.json]
@@ -178,10 +178,11 @@ def cmd_compile(args) -> int:
             with shown.stage("build"):
                 graph = zoo_model.lower()
             profile = compile_graph(graph, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                                    print_ir_after=dumps, workers=args.workers)
+                                    print_ir_after=dumps, workers=args.workers, task_costs=args.task_costs)
         else:
             profile = compile_model(args.model, sessions=args.sessions, hw=args.hw, pipeline=args.pipeline,
-                                    print_ir_after=dumps, workers=args.workers, **options)
+                                    print_ir_after=dumps, workers=args.workers, task_costs=args.task_costs,
+                                    **options)
         with shown.stage("save"):
             out = profile.save(args.output)
     print(f"wrote {out}: {len(profile.payloads)} tasks, {len(profile.meta['phases'])} phases, "
@@ -477,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", action="append", default=[], metavar="IN=OUT", help="pair a state input with its output")
     p.add_argument("--pipeline", help="pass pipeline instead of the default: a wavec-opt spec or a YAML file "
                    "(see wavec/pipelines/default.yaml)")
+    p.add_argument("--task-costs", metavar="TIMELINE.json",
+                   help="schedule by measured task costs: the --timeline file of `wavec run --backend cuda` on a "
+                        "profile of this model, cohort and pipeline (wpk-schedule's task-costs)")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     p.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
                    help="print the IR after this pass (stderr); repeatable")

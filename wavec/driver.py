@@ -141,13 +141,34 @@ def check_pipeline_agrees(spec: str, sessions: int, hw: str, sm_count: int) -> N
 def with_schedule_target(spec: str, hw: str) -> str:
     """``spec`` with ``hw`` as wpk-schedule's target where the pipeline names none: the schedule then models
     the target the profile is compiled for."""
+    return spec if _schedule_sets(spec, "hw") else _with_schedule_option(spec, "hw", hw)
+
+
+def with_task_costs(spec: str, task_costs: str | os.PathLike) -> str:
+    """``spec`` with wpk-schedule charging the measured costs of ``task_costs`` (a `wavec run --backend cuda
+    --timeline` file, wavec.analysis.measured_costs). Raises WavecError when the file holds no valid costs, the
+    pipeline has no wpk-schedule, or it sets task-costs already."""
+    from wavec.analysis.measured_costs import load_measured_costs
+
+    load_measured_costs(task_costs)
+    if not re.search(r"wpk-schedule(?=[{,]|$)", spec):
+        raise WavecError(f"--task-costs {task_costs}: the pipeline has no wpk-schedule to charge them")
+    if _schedule_sets(spec, "task-costs"):
+        raise WavecError(f"--task-costs {task_costs}: the pipeline's wpk-schedule sets task-costs already; give "
+                         "them once")
+    return _with_schedule_option(spec, "task-costs", os.fspath(task_costs))
+
+
+def _schedule_sets(spec: str, option: str) -> bool:
+    return re.search(rf"wpk-schedule\{{[^}}]*\b{re.escape(option)}=", spec) is not None
+
+
+def _with_schedule_option(spec: str, option: str, value: str) -> str:
     from wavec.pipeline import option_text
 
-    if re.search(r"wpk-schedule\{[^}]*\bhw=", spec):
-        return spec
-    value = option_text(hw)
-    spec = re.sub(r"wpk-schedule\{", f"wpk-schedule{{hw={value} ", spec)
-    return re.sub(r"wpk-schedule(?=,|$)", f"wpk-schedule{{hw={value}}}", spec)
+    text = f"{option}={option_text(value)}"
+    spec = re.sub(r"wpk-schedule\{", lambda _: f"wpk-schedule{{{text} ", spec)
+    return re.sub(r"wpk-schedule(?=,|$)", lambda _: f"wpk-schedule{{{text}}}", spec)
 
 
 def check_complete(module, spec: str) -> None:
@@ -193,9 +214,11 @@ def compile(  # noqa: A001 - the public verb of the package
     pipeline: str | None = None,
     print_ir_after: set[str] | None = None,
     workers: int | None = None,
+    task_costs: str | os.PathLike | None = None,
 ) -> Profile:
     """Compiles an ONNX model for a cohort of `sessions` on target `hw` (a name or a YAML path), its tiles cut
-    for and scheduled on `workers` persistent blocks (default: the target's SM count; see `compile_graph`).
+    for and scheduled on `workers` persistent blocks (default: the target's SM count; see `compile_graph`,
+    which also says what `task_costs` does).
     `pipeline` is a wavec-opt spec or a YAML pipeline file; `print_ir_after` names passes ("*": every
     pass) after which the IR is printed to stderr. Raises WavecError (UnsupportedModelError for the
     model, VerificationError for a bad schedule)."""
@@ -203,15 +226,17 @@ def compile(  # noqa: A001 - the public verb of the package
 
     graph = import_onnx(model, bindings=bindings or {}, frames=frames or {}, states=states or [])
     return compile_graph(graph, sessions=sessions, hw=hw, pipeline=pipeline, print_ir_after=print_ir_after,
-                         workers=workers)
+                         workers=workers, task_costs=task_costs)
 
 
 def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | None = None, workers: int | None = None,
-                  print_ir_after: set[str] | None = None) -> Profile:
+                  print_ir_after: set[str] | None = None, task_costs: str | os.PathLike | None = None) -> Profile:
     """Runs the pass pipeline on an imported graph (wavec.frontends.onnx.ImportedGraph or any object with
     `module`, `weights`, `name` and `bindings`) and emits the profile. ``workers`` overrides the target's
     SM count (tests use a few workers to keep profiles small); it must be 1 to that count, since the
-    persistent kernel runs one block per SM. Raises WavecError otherwise."""
+    persistent kernel runs one block per SM. ``task_costs``: a timeline file of a traced run of the same
+    program (`wavec run --backend cuda --timeline`), whose measured task bodies wpk-schedule charges instead of
+    its model's (`with_task_costs`). Raises WavecError otherwise."""
     from wavec.pipeline import pipeline_spec
 
     if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
@@ -227,6 +252,8 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
     else:
         spec = with_schedule_target(pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw}), hw)
         check_pipeline_agrees(spec, sessions, hw, sm_count)
+    if task_costs is not None:
+        spec = with_task_costs(spec, task_costs)
     check_bf16_weights(graph.module, graph.weights)
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)

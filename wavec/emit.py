@@ -58,7 +58,8 @@ def _states(buffers: dict[str, wpk.BufferOp]) -> list[dict]:
 
 def schedule_summary(module: ModuleOp) -> dict:
     """wpk-schedule's modeled facts (module attributes) for profile.json's ``schedule``: beat time and
-    critical path (us), the task costs per opcode and the handoff it charged (us), per-worker load [min, mean, max] (us), wait slots used and full-phase waits; the
+    critical path (us), the task costs per opcode and the handoff it charged (us), the measured bodies it
+    charged instead where it was given task costs (``measured_us``), per-worker load [min, mean, max] (us), wait slots used and full-phase waits; the
     granularities wpk-schedule and wpk-arena ran at, and wpk-verify's outcome."""
     attrs = module.attributes
     out: dict = {}
@@ -68,6 +69,10 @@ def schedule_summary(module: ModuleOp) -> dict:
             out[name] = float(attrs[key].value.data)
     if "wpk.task_us" in attrs:
         out["task_us"] = {k: float(v.value.data) for k, v in attrs["wpk.task_us"].data.items()}
+    if "wpk.measured_us" in attrs:
+        measured = attrs["wpk.measured_us"].data
+        out["measured_us"] = {"task_gap_us": float(measured["task_gap_us"].value.data),
+                              "phases": {k: float(v.value.data) for k, v in measured["phases"].data.items()}}
     if "wpk.worker_load_us" in attrs:
         out["worker_load_us"] = [float(a.value.data) for a in attrs["wpk.worker_load_us"].data]
     for key, name in (("wpk.waits", "waits"), ("wpk.phase_waits", "phase_waits")):

@@ -281,7 +281,12 @@ def format_report(report: dict, top: int | None = None) -> str:
             f"modeled beat: {sc.get('beat_us', 0.0):.2f} us (critical path {sc.get('critical_path_us', 0.0):.2f} us "
             f"without handoffs; worker load min/mean/max {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} us)"
         )
-        if "task_us" in sc:
+        if "measured_us" in sc:
+            m = sc["measured_us"]
+            lines.append(f"charged costs: the measured bodies of {len(m['phases'])} phases (median a task, scaled "
+                         f"by tile size), plus {m['task_gap_us']:g} us between a worker's tasks; a handoff "
+                         f"{sc.get('handoff_us', 0.0):g} us (wpk-schedule task-costs)")
+        elif "task_us" in sc:
             costs = ", ".join(f"{op} {us:g}" for op, us in sc["task_us"].items())
             lines.append(f"modeled costs: a task {costs} us, plus its FLOPs and bytes at the target's rates; a "
                          f"handoff {sc.get('handoff_us', 0.0):g} us (wpk-schedule; the target's measured.task_us, "

@@ -4,6 +4,9 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4},wpk-arena,wpk-schedule{workers=4},wpk-payload,wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s --check-prefix=RESCHEDULE
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0}' --verify-diagnostics | filecheck %s --check-prefix=APPEND
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 insertion-max-sessions=1}' --verify-diagnostics | filecheck %s --check-prefix=INSERT
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-fits.timeline.json"}' --verify-diagnostics | filecheck %s --check-prefix=MEASURED-FITS
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-too-long.timeline.json"}' --verify-diagnostics | filecheck %s --check-prefix=MEASURED-LONG
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-8-sessions.timeline.json"}' --verify-diagnostics 2>&1 | filecheck %s --check-prefix=MEASURED-OTHER
 
 // Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
 // session's copy reads only that session's relu tile and runs right after it on the same worker: the
@@ -107,3 +110,15 @@ builtin.module attributes {wave.cohort = 1 : i64} {
 // INSERT-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>
 // INSERT:      wpk.phase "ewise_4"
 // INSERT-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 2, 2>
+// Measured task costs (task-costs: a timeline of this program traced on the GPU) replace the model's: each
+// task is charged its phase's measured body, and the insertion policy runs whatever the cohort, since the
+// gaps it fills are measured ones. A 1 us reset fits the 5 us gap the matmul's handoff leaves (order 1);
+// a 20 us one does not, and leads instead (its own cost makes it the longest path). The module records what
+// it charged, for the modeled timeline to replay; costs traced for another cohort are refused.
+// MEASURED-FITS:      wpk.measured_us = {task_gap_us = 0.000000e+00 : f64, phases = {reset_s = 1.000000e+00 : f64, matmul_3 = 1.000000e+01 : f64
+// MEASURED-FITS:      wpk.phase "reset_s"
+// MEASURED-FITS-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 1, 1>
+// MEASURED-LONG:      wpk.beat_us = 4.800000e+01
+// MEASURED-LONG:      wpk.phase "reset_s"
+// MEASURED-LONG-NEXT:   wpk.tasks "ewise" {{.*}}worker = array<i64: 0, 1>, order = array<i64: 0, 0>
+// MEASURED-OTHER: wpk-schedule: task costs {{.*}}reset-in-a-gap-8-sessions.timeline.json: measured for a cohort of 8 on 2 workers, but the program is for a cohort of 1 on 2

@@ -7,9 +7,12 @@ ended (`CudaSession.read_trace`). From them:
 - `beat_summary`: one beat's span (first wait to last body end, us), the workers' time in bodies (``busy_us``)
   and waiting on counters (``wait_us``), both summed over tasks, and ``wait_share``: waiting over the
   workers' whole time (workers x span);
-- `phase_rows`: per phase, its span, its longest body and its tasks' summed wait (us).
+- `phase_rows`: per phase, its span, its longest body and its tasks' summed wait (us);
+- `Timeline.phase_costs`: per phase, the median of its tasks' median body over the traced beats, and the
+  median gap between a worker's body end and its next task's wait (us): what wpk-schedule's ``task-costs``
+  option charges (wavec.analysis.measured_costs).
 
-`wavec run --backend cuda --timeline FILE.json` writes both for every beat it runs.
+`wavec run --backend cuda --timeline FILE.json` writes them for the beats it runs.
 """
 
 from __future__ import annotations
@@ -54,20 +57,53 @@ def phase_rows(profile, trace: np.ndarray) -> list[dict]:
     return rows
 
 
+def task_gaps_us(profile, trace: np.ndarray) -> np.ndarray:
+    """Per pair of consecutive tasks on a worker, from the first's body end to the second's wait (us): its
+    signal and the next payload's fetch, which a body's stamps leave out."""
+    t = trace.astype(np.int64)
+    gaps = [t[b + 1:e, 0] - t[b:e - 1, 2] for b, e in profile.meta["worker_tasks"] if e - b > 1]
+    return np.concatenate(gaps) / 1e3 if gaps else np.zeros(0)
+
+
 class Timeline:
-    """Collects, beat after beat, each traced beat's `beat_summary` (``beats``) and the last one's
-    `phase_rows` (``phases``); `run_beats` fills it when given as its ``timeline`` option."""
+    """Collects, beat after beat, each traced beat's `beat_summary` (``beats``), the last one's `phase_rows`
+    (``phases``) and what `phase_costs` aggregates; `run_beats` fills it when given as its ``timeline``
+    option."""
 
     def __init__(self):
         self.beats: list[dict] = []
         self.phases: list[dict] = []
+        self._bodies: dict[str, list[float]] = {}
+        self._tasks: dict[str, int] = {}
+        self._gaps: list[float] = []
+        self._of: dict = {}
 
     def add(self, profile, trace: np.ndarray) -> None:
         self.beats.append({"beat": len(self.beats), **beat_summary(profile, trace)})
         self.phases = phase_rows(profile, trace)
+        self._of = {"model": profile.meta["model"], "sessions": profile.sessions,
+                    "workers": int(profile.meta["workers"])}
+        for r in self.phases:
+            self._bodies.setdefault(r["phase"], []).append(r["body_p50_us"])
+            self._tasks[r["phase"]] = r["tasks"]
+        gaps = task_gaps_us(profile, trace)
+        if len(gaps):
+            self._gaps.append(float(np.median(gaps)))
+
+    def phase_costs(self) -> dict | None:
+        """What the traced beats measured, for wpk-schedule's ``task-costs`` (wavec.analysis.measured_costs):
+        the profile's model, sessions and workers, ``beats``, ``task_gap_us`` (the median over beats of the
+        median gap between a worker's tasks) and per phase its ``tasks`` and ``body_p50_us`` (the median over
+        beats of its tasks' median body), in microseconds; None before the first beat."""
+        if not self.beats:
+            return None
+        return {**self._of, "beats": len(self.beats),
+                "task_gap_us": round(float(np.median(self._gaps)), 3) if self._gaps else 0.0,
+                "phases": {name: {"tasks": self._tasks[name], "body_p50_us": round(float(np.median(v)), 3)}
+                           for name, v in self._bodies.items()}}
 
     def to_json(self) -> dict:
-        return {"beats": self.beats, "last_beat_phases": self.phases}
+        return {"beats": self.beats, "last_beat_phases": self.phases, "phase_costs": self.phase_costs()}
 
 
 def format_summary(beats: list[dict]) -> str:

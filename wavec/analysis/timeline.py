@@ -4,7 +4,8 @@ It replays the schedule the payloads encode (each worker's task order, each task
 the cost model wpk-schedule uses: a task costs ``overhead_us + max(FLOPs / per-SM peak, bytes / per-SM
 bandwidth)`` (wavec/analysis/cost.py counts; the per-SM rates are the target's peak over its SM count; the
 overhead the task's opcode's; costs and handoff as wpk-schedule recorded them in profile.json's
-``schedule``, else the target's, wavec.hw.task_overhead_us)
+``schedule``, else the target's, wavec.hw.task_overhead_us; where wpk-schedule charged measured bodies,
+``schedule.measured_us``, each phase's tasks scaled to them as it did, wavec.analysis.measured_costs)
 and a wait on tasks of another worker adds the cross-SM handoff (ARCHITECTURE.md's measured 1.1 us).
 `gantt_png` draws it, workers by time, colored by phase (matplotlib).
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wavec.analysis.cost import flops_per_element
+from wavec.analysis.measured_costs import scaled_to_measured
 from wavec.hw import task_overhead_us
 from wavec.opcodes import OUT, Opcode, footprint, unpack_params
 from wavec.profile import Profile
@@ -66,6 +68,10 @@ def model_timeline(profile: Profile, hw: dict) -> Timeline:
     touched: dict = {}
     cost = np.array([task_cost_us(r, unpack_params(profile.params, int(r["params"])), flop_rate, byte_rate,
                                   overhead[Opcode(int(r["opcode"])).name.lower()], touched) for r in records])
+    measured = charged.get("measured_us")
+    if measured:
+        body = np.array([measured["phases"].get(p["name"], 0.0) for p in profile.meta["phases"]])
+        cost = scaled_to_measured(cost, phase_of_rows(profile), body) + measured["task_gap_us"]
     worker = np.empty(len(records), np.int64)
     for w, (b, e) in enumerate(profile.meta["worker_tasks"]):
         worker[b:e] = w
