@@ -34,8 +34,8 @@ WARMUP_BEATS = 2
 CUTS = {
     "stores": [("      if (computes) tg_store(ops, at.n0, wm, wn, N, acc, error);",
                 "      if (false) tg_store(ops, at.n0, wm, wn, N, acc, error);")],
-    "products": [("    if (computes) tg_products<kBTf32, kAlongK, Block>(",
-                  "    if (false) tg_products<kBTf32, kAlongK, Block>(")],
+    "products": [("    if (computes && at.m0 + wm < M && at.n0 + wn < N)\n      tg_products<kBTf32, kAlongK, Block>(",
+                  "    if (false)\n      tg_products<kBTf32, kAlongK, Block>(")],
     "copies": [("        if (WalkA::copies(i)) cp_async<W>(As", "        if (false) cp_async<W>(As"),
                ("        if (WalkB::copies(i))\n          cp_async<W>(Bs", "        if (false)\n          cp_async<W>(Bs")],
 }

@@ -1040,7 +1040,9 @@ constexpr bool kTgBigOn = kTgBig && kTgBigFits;
 // three, and made the splits a third of the streaming GEMM's instructions, nvdisasm). |x - big - small| <=
 // 2^-23 |x|, unbiased (tests/test_mma_stream_mirror.py). Unlike fp32 products, an infinite operand, or a
 // finite one rounding past the largest float, gives NaN: the rest is NaN or infinite, and so is every cross
-// term it meets. No model here reaches such values.
+// term it meets. No model here reaches such values. Splitting by integer adds and a mask instead (CUTLASS's
+// round_half_ulp_truncate, the mma truncating small's low bits) was 1-3% slower (bench/RESULTS.md
+// twenty-first run): the F2FPs are not what limits the products.
 __device__ __forceinline__ void tf32_split(float x, unsigned& big, unsigned& small) {
   asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
   asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
@@ -1357,8 +1359,12 @@ __device__ void tiled_gemm(Ops& ops, unsigned M, unsigned N, unsigned K, bool& e
     // grows with each step it keeps (DeepSeek-V3 report, arXiv 2412.19437, 3.3.2: "promotion" to CUDA
     // cores). Across a 2048-deep chain of 8 linears, 8.8e-5 relative error accumulating in the tensor
     // cores against the lane-group body's 1.0e-6 (bench/gemm.py, bench/RESULTS.md seventh run).
+    // A warp whose outputs all lie past the tile's edge sums nothing: its products would be of zero-filled
+    // copies, stored nowhere (the STFT's 258 channels leave 2 in their fifth block of 64: 3 of its 4 warp
+    // columns idle).
     float part[Block::kFM][Block::kFN][4] = {};
-    if (computes) tg_products<kBTf32, kAlongK, Block>(smem + j % kTgStages * Block::kStageFloats, wm, wn, part);
+    if (computes && at.m0 + wm < M && at.n0 + wn < N)
+      tg_products<kBTf32, kAlongK, Block>(smem + j % kTgStages * Block::kStageFloats, wm, wn, part);
 #pragma unroll
     for (int mt = 0; mt < Block::kFM; ++mt)
 #pragma unroll
