@@ -3,10 +3,12 @@
 
     python3 scripts/device_profiles.py [--out .device] [--sessions 1 64 1024] [--barrier-sessions 1 64 1024]
                                        [--zoo-sessions 8] [--threads T ...] [--only-threads] [--duplex-sessions N ...]
-                                       [--duplex-preset 1b|11b]
+                                       [--duplex-preset 1b|11b] [--task-costs DIR]
 
 Writes, under --out:
-- ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies);
+- ``vad-N``: Silero VAD for N sessions, the default pipeline (tile-level dependencies); with ``--task-costs DIR``,
+  scheduled by the measured costs of DIR/vad-N.json (a timeline of a vad-N of the same pipeline, traced by
+  `scripts/silero_gpu.py --timeline-dir DIR`);
 - ``bar-N``: the same with ``wpk-schedule{granularity=phase}`` (a barrier per op), the baseline;
 - ``zoo-NAME``: every zoo model at its ``tiny`` preset for --zoo-sessions sessions (generated weights; 0: none);
 - ``serve-gru_stack-4``: gru_stack:tiny for 4 sessions on 4 workers, the profile tests/test_serve.py serves;
@@ -119,14 +121,15 @@ def rank2_conv_model():
     return m
 
 
-def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions: int) -> list:
+def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions: int, task_costs: Path | None) -> list:
     from wavec import zoo
     from wavec.driver import compile_graph
     from wavec.frontends.builder.lower import lower_model
 
     jobs = []
     for n in sessions:
-        jobs.append((f"vad-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n)))
+        costs = measured_costs(task_costs, f"vad-{n}")
+        jobs.append((f"vad-{n}", lambda n=n, costs=costs: compile_graph(silero_graph(), sessions=n, task_costs=costs)))
     for n in barrier_sessions:
         jobs.append((f"bar-{n}", lambda n=n: compile_graph(silero_graph(), sessions=n, pipeline=pipeline_with(n, "wpk-schedule", "granularity=phase"))))
     for name in [n for n in zoo.names() if n.endswith(":tiny") and zoo_sessions > 0]:
@@ -137,6 +140,18 @@ def default_jobs(sessions: list[int], barrier_sessions: list[int], zoo_sessions:
     jobs.append(("conv-rank2", lambda: compile_graph(rank2_conv_model().lower(), sessions=256)))
     jobs.append(("serve-gru_stack-4", lambda: compile_graph(lower_model(zoo.get("gru_stack:tiny")), sessions=4, workers=4)))
     return jobs
+
+
+def measured_costs(directory: Path | None, name: str) -> Path | None:
+    """``directory/NAME.json``, the timeline `scripts/silero_gpu.py --timeline-dir` wrote for profile NAME (its
+    measured task costs), or None without --task-costs. Exits when the directory lacks it."""
+    if directory is None:
+        return None
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        sys.exit(f"device_profiles: --task-costs {directory}: no {path.name}; trace {name} first "
+                 f"(scripts/silero_gpu.py .device/{name} --timeline-dir {directory})")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                          "64 sessions: 23 s, 2.1 GB peak here, 39 MB of payloads)")
     ap.add_argument("--duplex-preset", choices=("1b", "11b"), default="1b",
                     help="the duplex preset --duplex-sessions builds (default 1b)")
+    ap.add_argument("--task-costs", type=Path, metavar="DIR",
+                    help="schedule each vad-N by the measured costs in DIR/vad-N.json (`scripts/silero_gpu.py "
+                         "--timeline-dir DIR` on the GPU machine; wavec compile --task-costs)")
     args = ap.parse_args(argv)
     from wavec.driver import compile_graph
     from wavec.models import silero_vad_jit_path, silero_vad_path
@@ -179,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(f"duplex{preset}-{n}", lambda n=n: compile_graph(lower_model(zoo.get(f"duplex:{preset}")), sessions=n))
                  for n in args.duplex_sessions]
     if not args.only_threads:
-        jobs += default_jobs(args.sessions, args.barrier_sessions, args.zoo_sessions)
+        jobs += default_jobs(args.sessions, args.barrier_sessions, args.zoo_sessions, args.task_costs)
     for label, make in jobs:
         t0 = time.perf_counter()
         profile = make()
