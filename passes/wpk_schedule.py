@@ -32,10 +32,12 @@ bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates f
 target's measured fixed cost of a task of its opcode (wavec.hw.task_overhead_us: on the H200 a one-session
 MATMUL or CONV task takes microseconds whatever its work, so a short chain placed behind one costs more than a
 handoff); a wait that crosses workers adds ``handoff-us``. With ``task-costs`` (a timeline file of the same program
-traced on the GPU, wavec.analysis.measured_costs) each task is charged its phase's measured median body,
-scaled by its share of the phase's modeled cost, plus the measured gap between a worker's tasks; the
-insertion policy then runs at any cohort, and of that placement and the model's (as without the file) the
-pass keeps the one that ends sooner when both are replayed under the measured costs. Ready
+traced on the GPU, wavec.analysis.measured_costs) each task is charged its phase's measured median body
+times its modeled cost over the phase's median one, plus the measured gap between a worker's tasks; the
+tasks are placed by these costs with the insertion policy at any cohort, and by the model's (as without the
+file), and the pass keeps the placement that ends sooner when both are replayed under the measured costs. At
+phase granularity the measured costs change only the modeled figures: a phase's tasks go longest first
+either way, in the same order. Ready
 tasks are taken by critical-path priority (longest cost path to the end of the beat) and placed on the
 worker where they can start earliest (in a cohort of at most `insertion-max-sessions`, into an idle
 stretch ahead of that worker's later tasks where one holds them: HEFT's insertion policy); a worker runs its
@@ -288,12 +290,14 @@ class WpkSchedule(ModulePass):
     insertion_max_sessions: int = field(
         default=0,
         metadata={"help": "largest cohort whose tasks may go into a worker's idle stretch ahead of its later "
-                          "tasks (HEFT's insertion policy; 0: never); any cohort when task-costs is given"},
+                          "tasks (HEFT's insertion policy; 0: never); with task-costs, the placement by measured costs "
+                          "inserts at any cohort"},
     )
     task_costs: str = field(
         default="",
         metadata={"help": "a timeline file (wavec run --backend cuda --timeline FILE.json) of this program: "
-                          "charge each phase's tasks their measured body instead of the model's (\"\": the model)"},
+                          "charge each phase's tasks their measured body instead of the model's (\"\": the model; at "
+                          "granularity=phase only the modeled figures change)"},
     )
 
     def _granularity(self, tasks: list[_Task], buffers: dict[str, wpk.BufferOp]) -> tuple[str, str]:

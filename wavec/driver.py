@@ -141,34 +141,40 @@ def check_pipeline_agrees(spec: str, sessions: int, hw: str, sm_count: int) -> N
 def with_schedule_target(spec: str, hw: str) -> str:
     """``spec`` with ``hw`` as wpk-schedule's target where the pipeline names none: the schedule then models
     the target the profile is compiled for."""
-    return spec if _schedule_sets(spec, "hw") else _with_schedule_option(spec, "hw", hw)
+    from wavec.pipeline import option_text
+
+    return spec if _schedule_sets(spec, "hw") else _with_schedule_option(spec, "hw", option_text(hw))
 
 
-def with_task_costs(spec: str, task_costs: str | os.PathLike) -> str:
+def with_task_costs(spec: str, task_costs: str | os.PathLike, model: str | None = None) -> str:
     """``spec`` with wpk-schedule charging the measured costs of ``task_costs`` (a `wavec run --backend cuda
-    --timeline` file, wavec.analysis.measured_costs). Raises WavecError when the file holds no valid costs, the
-    pipeline has no wpk-schedule, or it sets task-costs already."""
+    --timeline` file, wavec.analysis.measured_costs). Raises WavecError when the file holds no valid costs, was
+    traced from another ``model`` (a name, when given), the pipeline has no wpk-schedule, or it sets task-costs
+    already."""
     from wavec.analysis.measured_costs import load_measured_costs
+    from wavec.pipeline import quoted
 
-    load_measured_costs(task_costs)
+    measured = load_measured_costs(task_costs)
+    if model is not None and measured.model != model:
+        raise WavecError(f"--task-costs {task_costs}: traced from model {measured.model!r}, but this is {model!r}; "
+                         "trace a profile of this model")
     if not re.search(r"wpk-schedule(?=[{,]|$)", spec):
         raise WavecError(f"--task-costs {task_costs}: the pipeline has no wpk-schedule to charge them")
     if _schedule_sets(spec, "task-costs"):
         raise WavecError(f"--task-costs {task_costs}: the pipeline's wpk-schedule sets task-costs already; give "
                          "them once")
-    return _with_schedule_option(spec, "task-costs", os.fspath(task_costs))
+    return _with_schedule_option(spec, "task-costs", quoted(os.fspath(task_costs)))
 
 
 def _schedule_sets(spec: str, option: str) -> bool:
     return re.search(rf"wpk-schedule\{{[^}}]*\b{re.escape(option)}=", spec) is not None
 
 
-def _with_schedule_option(spec: str, option: str, value: str) -> str:
-    from wavec.pipeline import option_text
-
-    text = f"{option}={option_text(value)}"
-    spec = re.sub(r"wpk-schedule\{", lambda _: f"wpk-schedule{{{text} ", spec)
-    return re.sub(r"wpk-schedule(?=,|$)", lambda _: f"wpk-schedule{{{text}}}", spec)
+def _with_schedule_option(spec: str, option: str, text: str) -> str:
+    """``spec`` with ``option=text`` (``text`` as the spec writes it) first among wpk-schedule's options."""
+    setting = f"{option}={text}"
+    spec = re.sub(r"wpk-schedule\{", lambda _: f"wpk-schedule{{{setting} ", spec)
+    return re.sub(r"wpk-schedule(?=,|$)", lambda _: f"wpk-schedule{{{setting}}}", spec)
 
 
 def check_complete(module, spec: str) -> None:
@@ -253,7 +259,7 @@ def compile_graph(graph, *, sessions: int, hw: str = "h200", pipeline: str | Non
         spec = with_schedule_target(pipeline_spec(pipeline, {"sessions": sessions, "workers": workers, "hw": hw}), hw)
         check_pipeline_agrees(spec, sessions, hw, sm_count)
     if task_costs is not None:
-        spec = with_task_costs(spec, task_costs)
+        spec = with_task_costs(spec, task_costs, graph.name)
     check_bf16_weights(graph.module, graph.weights)
     with collector_paused():
         run_pipeline(graph.module, spec, print_ir_after)

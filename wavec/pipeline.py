@@ -45,8 +45,13 @@ def option_text(value) -> str:
     """A pass option's value as a spec writes it: quoted unless it is a plain word or number (a file name such
     as ``t32.yaml`` is quoted: xDSL's pipeline lexer splits it at the dot)."""
     if isinstance(value, str) and not re.fullmatch(r"\w+|[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", value):
-        return '"' + value.replace('"', '\\"') + '"'
+        return quoted(value)
     return str(value)
+
+
+def quoted(text: str) -> str:
+    """``text`` as a quoted string of a spec: xDSL's lexer reads backslash escapes inside quotes."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _pass_spec(entry, variables: dict, where: str) -> str:

@@ -283,9 +283,10 @@ def format_report(report: dict, top: int | None = None) -> str:
         )
         if "measured_us" in sc:
             m = sc["measured_us"]
+            barrier = " (at phase granularity: the placement is the model's)" if sc.get("granularity") == "phase" else ""
             lines.append(f"charged costs: the measured bodies of {len(m['phases'])} phases (median a task, scaled "
                          f"by tile size), plus {m['task_gap_us']:g} us between a worker's tasks; a handoff "
-                         f"{sc.get('handoff_us', 0.0):g} us (wpk-schedule task-costs)")
+                         f"{sc.get('handoff_us', 0.0):g} us (wpk-schedule task-costs){barrier}")
         elif "task_us" in sc:
             costs = ", ".join(f"{op} {us:g}" for op, us in sc["task_us"].items())
             lines.append(f"modeled costs: a task {costs} us, plus its FLOPs and bytes at the target's rates; a "

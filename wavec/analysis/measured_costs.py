@@ -60,6 +60,25 @@ class MeasuredCosts:
                              f"was traced from another program (model {self.model!r})")
 
 
+MAX_BODY_US = 1e9  # a thousand seconds: past any beat; a larger value is no measurement
+
+
+class _BadValue(ValueError):
+    pass
+
+
+def _whole(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _BadValue(f"{what} is {value!r}; it must be a whole number >= 0")
+    return value
+
+
+def _microseconds(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_BODY_US:
+        raise _BadValue(f"{what} is {value!r} us; it must be a number of microseconds from 0 to {MAX_BODY_US:g}")
+    return float(value)
+
+
 def load_measured_costs(path: str | Path) -> MeasuredCosts:
     """The ``phase_costs`` of a timeline file (`wavec run --backend cuda --timeline`). Raises WavecError naming
     the file when it cannot be read or holds no valid ``phase_costs``."""
@@ -68,7 +87,7 @@ def load_measured_costs(path: str | Path) -> MeasuredCosts:
         doc = json.loads(path.read_text())
     except OSError as e:
         raise WavecError(f"task costs {path}: cannot read it ({e.strerror or e})") from e
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise WavecError(f"task costs {path}: not JSON ({e}); give the file `wavec run --backend cuda "
                          f"--timeline FILE.json` writes") from e
     costs = doc.get("phase_costs") if isinstance(doc, dict) else None
@@ -77,19 +96,16 @@ def load_measured_costs(path: str | Path) -> MeasuredCosts:
                          f"--timeline FILE.json` writes (of at least one traced beat)")
     try:
         phases = costs["phases"]
-        body = {str(k): float(v["body_p50_us"]) for k, v in phases.items()}
-        tasks = {str(k): int(v["tasks"]) for k, v in phases.items()}
-        gap = float(costs.get("task_gap_us", 0.0))
-        measured = MeasuredCosts(str(costs["model"]), int(costs["sessions"]), int(costs["workers"]), body, tasks,
-                                 gap, str(path))
+        body = {str(k): _microseconds(v["body_p50_us"], f"phase {k!r}'s body_p50_us") for k, v in phases.items()}
+        tasks = {str(k): _whole(v["tasks"], f"phase {k!r}'s tasks") for k, v in phases.items()}
+        gap = _microseconds(costs.get("task_gap_us", 0.0), "task_gap_us")
+        measured = MeasuredCosts(str(costs["model"]), _whole(costs["sessions"], "sessions"),
+                                 _whole(costs["workers"], "workers"), body, tasks, gap, str(path))
+    except _BadValue as e:
+        raise WavecError(f"task costs {path}: {e}") from e
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise WavecError(f"task costs {path}: 'phase_costs' is malformed ({type(e).__name__}: {e}); it needs "
                          f"model, sessions, workers and phases {{name: {{tasks, body_p50_us}}}}") from e
-    values = {**{f"phase {k!r}": v for k, v in body.items()}, "task_gap_us": measured.task_gap_us}
-    bad = next((k for k, v in values.items() if not np.isfinite(v) or v < 0), None)
-    if bad is not None:
-        raise WavecError(f"task costs {path}: {bad} is {values[bad]!r} us; it must be a finite number of "
-                         f"microseconds >= 0")
     return measured
 
 
