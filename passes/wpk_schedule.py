@@ -22,9 +22,14 @@ With ``granularity=phase`` (the baseline) no footprint is intersected: a phase i
 counter, and each task waits on the previous phase's, so the counters number the phases (duplex:11b at 56
 sessions: 7,906, where session-range groups would need 382,150, beyond signal_phase's 16 bits).
 ``granularity=auto`` (the default) runs tile while the tasks touch at most ``max-tile-words`` tracked words
-in all (counted in closed form, wavec.opcodes.footprint_size) and their groups fit the counters, else
-phase: the word-level sweep costs time and memory in proportion to those words (Silero at 1,024 sessions
-touches 1.9e7; duplex:1b at one session 2.9e8, at 8 sessions 2.1e9). ``wpk.granularity`` says which ran.
+in all (``measured-max-tile-words`` with ``task-costs``; counted in closed form, wavec.opcodes.footprint_size)
+and their groups fit the counters, else phase. Measured costs raise the limit because the tile schedule then
+wins where it lost on the model's costs: Silero at 16,384 sessions (1.9e8 words), replayed under measured
+costs, 1,403.3 us tile against 1,364.6 barrier when placed by the model, but 1,305 against 1,342 us p50 on the
+H200 when placed by measured costs (65,536 sessions: 4,976 against 5,097; bench/RESULTS.md twenty-first run).
+Otherwise phase: the word-level sweep costs time and memory in proportion to those words (Silero at 1,024
+sessions touches 1.9e7; duplex:1b at one session 2.9e8, at 8 sessions 2.1e9). ``wpk.granularity`` says which
+ran.
 
 Worker assignment: static list scheduling. Each task costs ``overhead + max(FLOPs / (peak / SMs),
 bytes / (bandwidth / SMs))`` microseconds (wavec.analysis.cost's counts; rates from the target, or the
@@ -293,6 +298,12 @@ class WpkSchedule(ModulePass):
                           "tasks (HEFT's insertion policy; 0: never); with task-costs, the placement by measured costs "
                           "inserts at any cohort"},
     )
+    measured_max_tile_words: int = field(
+        default=1 << 30,
+        metadata={"help": "auto with task-costs: the most tracked words whose dependencies tile derives (the tile "
+                          "schedule pays at larger cohorts once its costs are measured; Silero at 65,536 sessions: "
+                          "7.3e8 words, 10 GB and 95 s to schedule)"},
+    )
     task_costs: str = field(
         default="",
         metadata={"help": "a timeline file (wavec run --backend cuda --timeline FILE.json) of this program: "
@@ -314,9 +325,11 @@ class WpkSchedule(ModulePass):
         words = sum(t.words for t in tasks)
         if groups >= MAX_COUNTERS:
             return "phase", f"auto: {groups:,} session-range counters, over {MAX_COUNTERS:,}"
-        if words > self.max_tile_words:
-            return "phase", f"auto: {words:,} tracked words touched, over max-tile-words {self.max_tile_words:,}"
-        return "tile", f"auto: {words:,} tracked words touched, within max-tile-words {self.max_tile_words:,}"
+        option, limit = (("measured-max-tile-words", self.measured_max_tile_words) if self.task_costs
+                         else ("max-tile-words", self.max_tile_words))
+        if words > limit:
+            return "phase", f"auto: {words:,} tracked words touched, over {option} {limit:,}"
+        return "tile", f"auto: {words:,} tracked words touched, within {option} {limit:,}"
 
     def _rates(self) -> tuple[float, float, float, dict[str, float]]:
         """(FLOP/s, bytes/s) of one SM, the cross-worker handoff in microseconds and each opcode's fixed task
@@ -390,8 +403,10 @@ class WpkSchedule(ModulePass):
     def _check_options(self) -> None:
         if self.granularity not in ("tile", "phase", "auto"):
             raise PassFailedException(f"wpk-schedule: granularity must be tile, phase or auto, got {self.granularity!r}")
-        if self.max_tile_words < 0:
-            raise PassFailedException(f"wpk-schedule: max-tile-words must be >= 0, got {self.max_tile_words}")
+        for option, value in (("max-tile-words", self.max_tile_words),
+                              ("measured-max-tile-words", self.measured_max_tile_words)):
+            if value < 0:
+                raise PassFailedException(f"wpk-schedule: {option} must be >= 0, got {value}")
         if self.insertion_max_sessions < 0:
             raise PassFailedException(
                 f"wpk-schedule: insertion-max-sessions must be >= 0 (0: never), got {self.insertion_max_sessions}")

@@ -218,3 +218,18 @@ def test_at_phase_granularity_measured_costs_change_only_the_modeled_figures(sil
     measured = wavec.compile(silero_vad_path(), sessions=8, pipeline=pipeline, task_costs=path, **SILERO)
     assert measured.payloads.tobytes() == model.payloads.tobytes()
     assert measured.meta["schedule"]["beat_us"] != model.meta["schedule"]["beat_us"]
+
+
+@pytest.mark.parametrize("options, granularity", [
+    ("max-tile-words=1", "tile"),  # measured costs: auto's limit is measured-max-tile-words (2^30)
+    ("max-tile-words=1 measured-max-tile-words=1", "phase"),
+], ids=["measured-limit", "both-low"])
+def test_with_measured_costs_auto_derives_tiles_up_to_its_own_limit(silero_8, options, granularity):
+    profile, _, path = silero_8
+    pipeline = default_pipeline(8, 132).replace("wpk-schedule{", f"wpk-schedule{{{options} ")
+    model = wavec.compile(silero_vad_path(), sessions=8, pipeline=pipeline, **SILERO)
+    measured = wavec.compile(silero_vad_path(), sessions=8, pipeline=pipeline, task_costs=path, **SILERO)
+    assert model.meta["schedule"]["granularity"] == "phase"
+    assert measured.meta["schedule"]["granularity"] == granularity
+    limit = "measured-max-tile-words 1,073,741,824" if granularity == "tile" else "measured-max-tile-words 1"
+    assert limit in measured.meta["schedule"]["granularity_why"]
