@@ -378,27 +378,36 @@ class WpkSchedule(ModulePass):
             chosen.remove(victim)
         return chosen
 
-    def _charge_measured(self, tasks: list[_Task], phase_ops: list[wpk.PhaseOp], sessions: int) -> dict[str, float]:
-        """Charges every task its phase's measured median body, scaled by its modeled cost within the phase
-        (wavec.analysis.measured_costs), plus the measured gap between a worker's tasks; returns both (us) as
-        ``{"task_gap_us": gap, "phases": {name: body}}``."""
-        from wavec.analysis.measured_costs import load_measured_costs, scaled_to_measured
+    def _measured_costs(self, tasks: list[_Task], phase_ops: list[wpk.PhaseOp], sessions: int):
+        """The task-costs file's measurements (wavec.analysis.measured_costs.MeasuredCosts), checked against this
+        program's cohort, workers and phases before the dependency sweep, which can take minutes."""
+        from wavec.analysis.measured_costs import load_measured_costs
         from wavec.errors import WavecError
 
-        names = [ph.sym_name.data for ph in phase_ops]
         counts: dict[str, int] = {}
         for t in tasks:
-            counts[names[t.phase]] = counts.get(names[t.phase], 0) + 1
+            name = phase_ops[t.phase].sym_name.data
+            counts[name] = counts.get(name, 0) + 1
         try:
             measured = load_measured_costs(self.task_costs)
             measured.check_matches(sessions, self.workers, counts)
         except WavecError as e:
             raise PassFailedException(f"wpk-schedule: {e}") from e
+        return measured
+
+    @staticmethod
+    def _charge_measured(tasks: list[_Task], phase_ops: list[wpk.PhaseOp], measured) -> dict:
+        """Charges every task its phase's measured median body, scaled by its modeled cost within the phase
+        (wavec.analysis.measured_costs), plus the measured gap between a worker's tasks; returns both (us) as
+        ``{"task_gap_us": gap, "phases": {name: body}}``."""
+        from wavec.analysis.measured_costs import scaled_to_measured
+
+        names = [ph.sym_name.data for ph in phase_ops]
         phase = np.array([t.phase for t in tasks], np.int64)
         body = np.array([measured.body_us.get(n, 0.0) for n in names])
         for t, cost in zip(tasks, scaled_to_measured([t.cost for t in tasks], phase, body)):
             t.cost = float(cost) + measured.task_gap_us
-        return {"task_gap_us": measured.task_gap_us, "phases": {n: measured.body_us[n] for n in names if n in counts}}
+        return {"task_gap_us": measured.task_gap_us, "phases": {n: measured.body_us[n] for n in names}}
 
     def _check_options(self) -> None:
         if self.granularity not in ("tile", "phase", "auto"):
@@ -443,13 +452,14 @@ class WpkSchedule(ModulePass):
                 base = len(tasks)
                 tasks.extend([_Task(table, tuple(tile), base + k, p) for k, tile in enumerate(table.tiles.tolist())])
             phases.append(list(range(first, len(tasks))))
+        costs = self._measured_costs(tasks, phase_ops, wave.cohort_size(op) or 1) if self.task_costs else None
         granularity, why = self._granularity(tasks, buffers)
         if granularity == "tile":
             _dependencies(tasks, phases, total, _footprints(buffers, bases))
         for t in tasks:
             t.cost = overhead[t.op.opcode.data] + max(t.flops / flop_rate, t.nbytes / byte_rate) * 1e6
         model_cost = [t.cost for t in tasks]
-        measured = self._charge_measured(tasks, phase_ops, wave.cohort_size(op) or 1) if self.task_costs else None
+        measured = self._charge_measured(tasks, phase_ops, costs) if costs is not None else None
 
         # ---- groups and their counters
         counters: list[_Counter] = []
