@@ -113,7 +113,9 @@ builtin.module attributes {wave.cohort = 1 : i64} {
 // Measured task costs (task-costs: a timeline of this program traced on the GPU) replace the model's: each
 // task is charged its phase's measured body, and the insertion policy runs whatever the cohort, since the
 // gaps it fills are measured ones. A 1 us reset fits the 5 us gap the matmul's handoff leaves (order 1);
-// a 20 us one does not, and leads instead (its own cost makes it the longest path). The module records what
+// a 20 us one does not, and leads instead (its own cost makes it the longest path): the beat is then the reset,
+// the matmul and three 1 us tasks each behind a 5 us handoff (the exp, the cos, the state write), 20 + 10 + 3 x 6
+// = 48 us. The module records what
 // it charged, for the modeled timeline to replay; costs traced for another cohort are refused.
 // MEASURED-FITS:      wpk.measured_us = {task_gap_us = 0.000000e+00 : f64, phases = {reset_s = 1.000000e+00 : f64, matmul_3 = 1.000000e+01 : f64
 // MEASURED-FITS:      wpk.phase "reset_s"

@@ -120,3 +120,10 @@ def scaled_to_measured(modeled: np.ndarray, phase: np.ndarray, body_us: np.ndarr
         median = float(np.median(modeled[mine]))
         out[mine] = body_us[p] * (modeled[mine] / median if median > 0 else 1.0)
     return out
+
+
+def charged_us(modeled, phase: np.ndarray, names: list[str], body_us: dict[str, float], gap_us: float) -> np.ndarray:
+    """What a task is charged under measured costs (us), as wpk-schedule charges it and the modeled timeline
+    replays it: `scaled_to_measured` to its phase's measured body (``body_us`` by phase name, ``names`` the
+    phases in order, ``phase`` per task an index into them) plus the gap between a worker's tasks."""
+    return scaled_to_measured(modeled, phase, np.array([body_us.get(n, 0.0) for n in names])) + gap_us

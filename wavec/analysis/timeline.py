@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wavec.analysis.cost import flops_per_element
-from wavec.analysis.measured_costs import scaled_to_measured
+from wavec.analysis.measured_costs import charged_us
 from wavec.hw import task_overhead_us
 from wavec.opcodes import OUT, Opcode, footprint, unpack_params
 from wavec.profile import Profile
@@ -70,8 +70,8 @@ def model_timeline(profile: Profile, hw: dict) -> Timeline:
                                   overhead[Opcode(int(r["opcode"])).name.lower()], touched) for r in records])
     measured = charged.get("measured_us")
     if measured:
-        body = np.array([measured["phases"].get(p["name"], 0.0) for p in profile.meta["phases"]])
-        cost = scaled_to_measured(cost, phase_of_rows(profile), body) + measured["task_gap_us"]
+        names = [p["name"] for p in profile.meta["phases"]]
+        cost = charged_us(cost, phase_of_rows(profile), names, measured["phases"], measured["task_gap_us"])
     worker = np.empty(len(records), np.int64)
     for w, (b, e) in enumerate(profile.meta["worker_tasks"]):
         worker[b:e] = w
