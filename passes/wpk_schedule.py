@@ -400,14 +400,15 @@ class WpkSchedule(ModulePass):
         """Charges every task its phase's measured median body, scaled by its modeled cost within the phase
         (wavec.analysis.measured_costs), plus the measured gap between a worker's tasks; returns both (us) as
         ``{"task_gap_us": gap, "phases": {name: body}}``."""
-        from wavec.analysis.measured_costs import scaled_to_measured
+        from wavec.analysis.measured_costs import charged_us
 
         names = [ph.sym_name.data for ph in phase_ops]
         phase = np.array([t.phase for t in tasks], np.int64)
-        body = np.array([measured.body_us.get(n, 0.0) for n in names])
-        for t, cost in zip(tasks, scaled_to_measured([t.cost for t in tasks], phase, body)):
-            t.cost = float(cost) + measured.task_gap_us
-        return {"task_gap_us": measured.task_gap_us, "phases": {n: measured.body_us[n] for n in names}}
+        for t, cost in zip(tasks, charged_us([t.cost for t in tasks], phase, names, measured.body_us,
+                                             measured.task_gap_us)):
+            t.cost = float(cost)
+        # A phase of no tasks (a zero-size tensor's) was never traced, so the file has only the others.
+        return {"task_gap_us": measured.task_gap_us, "phases": {n: measured.body_us[n] for n in names if n in measured.body_us}}
 
     def _check_options(self) -> None:
         if self.granularity not in ("tile", "phase", "auto"):

@@ -233,3 +233,28 @@ def test_with_measured_costs_auto_derives_tiles_up_to_its_own_limit(silero_8, op
     assert measured.meta["schedule"]["granularity"] == granularity
     limit = "measured-max-tile-words 1,073,741,824" if granularity == "tile" else "measured-max-tile-words 1"
     assert limit in measured.meta["schedule"]["granularity_why"]
+
+
+EMPTY_PHASE = """builtin.module attributes {wave.cohort = 1 : i64} {
+  func.func @empty_phase() {
+    %x = wave.input "x" : tensor<1x8xf32>
+    %y = wave.ewise "relu(%0)"(%x) : (tensor<1x8xf32>) -> tensor<1x8xf32>
+    %z = wave.input "z" : tensor<1x0xf32>
+    %e = wave.ewise "exp(%0)"(%z) : (tensor<1x0xf32>) -> tensor<1x0xf32>
+    wave.output "y", %y : tensor<1x8xf32>
+    wave.output "e", %e : tensor<1x0xf32>
+    func.return
+  }
+}"""
+
+
+def test_a_phase_of_no_tasks_needs_no_measurement(tmp_path):
+    """A zero-size tensor's phase has no task, so a trace never times it: the costs of the other phases do."""
+    costs = {"model": "empty_phase", "sessions": 1, "workers": 2, "task_gap_us": 0.0,
+             "phases": {"ewise_1": {"tasks": 1, "body_p50_us": 2.0}, "output_y": {"tasks": 1, "body_p50_us": 3.0}}}
+    module = Parser(make_context(), EMPTY_PHASE).parse_module()
+    run_pipeline(module, with_task_costs("wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2}",
+                                         write(tmp_path, {"phase_costs": costs})))
+    measured = module.attributes["wpk.measured_us"].data["phases"].data
+    assert {k: v.value.data for k, v in measured.items()} == {"ewise_1": 2.0, "output_y": 3.0}
+    assert module.attributes["wpk.beat_us"].value.data == pytest.approx(5.0)  # one after the other, no gap
