@@ -28,6 +28,12 @@ prologue's and the epilogue's inputs together stay within `max-inputs`, so a lay
 and a shift (mean, deviation, scale, shift: four extras) is not fused; RMS norm, or a layer norm whose `x -
 mean` is stored for its variance, fits (deviation and scale).
 
+Recomputation, after the fusions above: an elementwise producer that its user reads through reshapes, or
+that other ops read too, is computed again inside the user when the producer's inputs are small
+(`recompute-max-bytes` a session) and the user's other inputs do not wait for the producer: the user then
+no longer waits a phase for it (Silero's LSTM: relu(h) computed from the cell's o and c, while h itself is
+kept for the state). Through reshapes, every producer input must have the producer's shape.
+
 The module records `wave.fused_bytes_per_session`: the HBM bytes one session's beat no longer moves
 (each fused intermediate was written once and read once); the report scales it by the cohort.
 """
@@ -46,12 +52,12 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave
-from wavec.opcodes import MAX_INPUTS, Expr, parse_expr
+from wavec.opcodes import MAX_INPUTS, Expr, kept_input, parse_expr
 
 
 def _fused_operands(user: wave.EwiseOp, index: int, producer: wave.EwiseOp):
@@ -94,6 +100,88 @@ class FuseElementwiseProducer(_Fusion):
             self.saved.append(intermediate_bytes(producer.result))
             rewriter.replace(user, fused)
             rewriter.erase(producer)
+            return
+
+
+def _through_reshapes(value: SSAValue) -> tuple[wave.EwiseOp | None, list[wave.ReshapeOp]]:
+    """The elementwise op whose result ``value`` is, read through reshapes (which keep the elements in row-major
+    order), and those reshapes from ``value`` back; (None, []) when ``value`` is something else."""
+    reshapes = []
+    op = value.owner
+    while isinstance(op, wave.ReshapeOp):
+        reshapes.append(op)
+        op = op.x.owner
+    return (op, reshapes) if isinstance(op, wave.EwiseOp) else (None, [])
+
+
+def _depends_on(value: SSAValue, op: Operation) -> bool:
+    """Whether ``value`` is computed from ``op``'s result (an op of the same block, which is in SSA order)."""
+    seen, todo = set(), [value]
+    while todo:
+        owner = todo.pop().owner
+        if owner is op:
+            return True
+        if isinstance(owner, Operation) and owner not in seen and op.is_before_in_block(owner):
+            seen.add(owner)
+            todo.extend(owner.operands)
+    return False
+
+
+def _bytes_per_session(values) -> int:
+    return sum(4 * math.prod(wave.shape_of(v)) for v in values)
+
+
+class RecomputeElementwiseProducer(_Fusion):
+    """Folds an elementwise producer into an elementwise user that reads it through reshapes, or that shares
+    it with other readers (recomputation: the producer stays for them, and the user computes the value again
+    from the producer's inputs instead of waiting for it). Recomputed only where the producer's distinct
+    inputs are at most `max_bytes` a session, where a phase's handoff (about 1 us, ARCHITECTURE.md) costs more
+    than reading them again; where the user's other inputs are not computed from the producer (a softmax's
+    division waits for the sum of the exponentials either way); and where the producer is no ``select(c, a,
+    %k)``, which wave-to-wpk may lower as an update of a state in place, allowed only while nothing else reads
+    that state (`updates_state_in_place`). Silero's LSTM: relu(h) of h = mul(sigmoid(o), tanh(c)), h also the state's,
+    becomes relu(mul(sigmoid(o), tanh(c))), one phase off the output's chain. Through reshapes every input of
+    the producer must have its shape (each is reshaped as the value was); broadcasting ones stay unfused."""
+
+    def __init__(self, max_inputs: int, saved: list[int], max_bytes: int):
+        super().__init__(max_inputs, saved)
+        self.max_bytes = max_bytes
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
+        for index, operand in enumerate(user.inputs):
+            producer, reshapes = _through_reshapes(operand)
+            if producer is None or (not reshapes and operand.has_one_use()):
+                continue  # FuseElementwiseProducer's
+            shared = not all(v.has_one_use() for v in [producer.result, *(r.result for r in reshapes)])
+            others = [v for i, v in enumerate(user.inputs) if i != index]
+            if shared and (_bytes_per_session(set(producer.inputs)) > self.max_bytes
+                           or any(_depends_on(v, producer) for v in others)
+                           or kept_input(parse_expr(producer.expr.data)) >= 0):
+                continue
+            shape = wave.shape_of(operand)
+            if reshapes and any(wave.shape_of(v) != wave.shape_of(producer.result) for v in producer.inputs):
+                continue
+            fresh = list(dict.fromkeys(producer.inputs))
+            if len(set(others)) + len([v for v in fresh if reshapes or v not in others]) > self.max_inputs:
+                continue
+            views = [wave.ReshapeOp(v, shape) for v in fresh] if reshapes else []
+            value_of = {v: view.result for v, view in zip(fresh, views)} if reshapes else {v: v for v in fresh}
+            inner_inputs = [value_of[v] for v in producer.inputs]
+            operands = list(dict.fromkeys([*others, *inner_inputs]))
+            user_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(user.inputs) if i != index}
+            producer_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(inner_inputs)}
+            inner = parse_expr(producer.expr.data).substitute(producer_map)
+            expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
+            fused = wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
+            rewriter.replace(user, [*views, fused], [fused.result])
+            if shared:  # the user reads the producer's inputs, not its result, which is still written
+                self.saved.append(_bytes_per_session([operand]) - _bytes_per_session(
+                    [v for v in fresh if reshapes or v not in others]))
+            else:
+                self.saved.append(intermediate_bytes(producer.result))
+                for op in [*reshapes, producer]:
+                    rewriter.erase_op(op)
             return
 
 
@@ -193,6 +281,9 @@ class FusePrologue(_Fusion):
 
 
 SAVED_ATTR = "wave.fused_bytes_per_session"
+# Recompute a shared producer whose inputs are at most 4 KB a session: Silero's LSTM cell (1 KB) is; a
+# transformer's [T, d] activations (duplex:1b's 96 KB) are not, where reading them again costs bandwidth.
+RECOMPUTE_MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -208,19 +299,25 @@ class WaveFuse(ModulePass):
     prologues: bool = field(
         default=True, metadata={"help": "fold a norm's normalizing ewise into the matmul that reads it (prologue)"}
     )
+    recompute_max_bytes: int = field(
+        default=RECOMPUTE_MAX_BYTES,
+        metadata={"help": "recompute a shared elementwise producer in a user when its inputs are at most this many "
+                          "bytes a session (0: never)"},
+    )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not 1 <= self.max_inputs <= MAX_INPUTS:
             raise PassFailedException(f"wave-fuse: max-inputs must be between 1 and {MAX_INPUTS}, got {self.max_inputs}")
+        if self.recompute_max_bytes < 0:
+            raise PassFailedException(f"wave-fuse: recompute-max-bytes must be 0 or more, got {self.recompute_max_bytes}")
         saved: list[int] = []
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier(
-                [FuseElementwiseProducer(self.max_inputs, saved), FuseEpilogue(self.max_inputs, saved),
-                 *([FusePrologue(self.max_inputs, saved)] if self.prologues else [])],
-                dce_enabled=False,
-            ),
-            apply_recursively=True,
-        ).rewrite_module(op)
+        fusions = [FuseElementwiseProducer(self.max_inputs, saved), FuseEpilogue(self.max_inputs, saved),
+                   *([FusePrologue(self.max_inputs, saved)] if self.prologues else [])]
+        # Recomputation last: folding a shared producer into its users first could take from a matmul the
+        # prologue it would get (a layer norm's normalizing ewise reading x and its mean again, not x - mean).
+        for patterns in (fusions, [RecomputeElementwiseProducer(self.max_inputs, saved, self.recompute_max_bytes), *fusions]):
+            PatternRewriteWalker(GreedyRewritePatternApplier(patterns, dce_enabled=False),
+                                 apply_recursively=True).rewrite_module(op)
         per_session = sum(saved) // (wave.cohort_size(op) or 1)
         previous = op.attributes.get(SAVED_ATTR)
         total = per_session + (previous.value.data if previous is not None else 0)

@@ -13,7 +13,9 @@ is no task at all: the block's offset, or the strided view those ops read throug
 mean, max, min, product or log-sum-exp over axes of size 1 (a reshape), nor a transpose read only as
 MATMULs' b with its columns still contiguous (`folds_into_matmuls`).
 The program is: one phase resetting each state's slots whose reset flag is set, the graph's phases in
-order, the output copies, then the state writes (after every read of the old state; a new value that is
+order, the output copies (none for an output that its op writes in place: with `outputs-in-place`, the
+default, an op whose result nothing but one model output reads, through reshapes and unit reductions,
+writes the output buffer itself), then the state writes (after every read of the old state; a new value that is
 itself an old state is copied out during the graph, since the writes run one after another). A
 ``select(c, a, state)`` whose state nothing else reads and whose result is written back to that state (a ring
 cache's write, once per model step) writes the state's own buffer when every reader of the version it
@@ -345,6 +347,7 @@ class _Lowering:
     workers: int
     min_elems: int
     min_work: int
+    outputs_in_place: bool
     buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
     locs: dict[SSAValue, Loc] = field(default_factory=dict)
     phases: list[wpk.PhaseOp] = field(default_factory=list)
@@ -365,6 +368,22 @@ class _Lowering:
     def act(self, value: SSAValue) -> Loc:
         per_session = any(self.locs[v].per_session for v in value.owner.operands)
         return self.act_buffer(wave.shape_of(value), per_session)
+
+    def output_buffer(self, op: wave.OutputOp) -> Loc:
+        shape = wave.shape_of(op.value)
+        axis = _cohort_axis(op)
+        return self.buffer(f"out.{op.sym}", "output", "output", shape, True, model_name=op.sym,
+                           shape=_user_shape(shape[1:], axis), cohort_axis=axis)
+
+    def output_in_place(self, value: SSAValue) -> Loc | None:
+        """Where the op computing ``value`` writes it when that is a model output's buffer (`sole_output`): a
+        per-session value nothing else reads. Its output phase, a copy one handoff after the op, is then not
+        needed (one-session Silero: 1.7 us of a 45 us beat, bench/RESULTS.md twenty-second run)."""
+        output = sole_output(value) if self.outputs_in_place else None
+        if output is None or not any(self.locs[v].per_session for v in value.owner.operands):
+            return None
+        dst = self.output_buffer(output)
+        return Loc(dst.buffer, 0, wave.shape_of(value), True)
 
     def act_buffer(self, shape, per_session: bool) -> Loc:
         return self.buffer(f"t{len(self.buffers)}", "act", "act", shape, per_session)
@@ -728,6 +747,20 @@ def is_unit_reduction(op: wave.ReduceOp) -> bool:
     return op.kind.data in IDENTITY_ON_ONE and all(shape[a] == 1 for a in op.axes.get_values())
 
 
+def sole_output(value: SSAValue) -> wave.OutputOp | None:
+    """The model output that is ``value``, read through reshapes and unit reductions (the same elements in the
+    same order), when nothing else reads it or those views; else None."""
+    use = value.get_unique_use()
+    if use is None:
+        return None
+    user = use.operation
+    if isinstance(user, wave.OutputOp):
+        return user
+    if isinstance(user, wave.ReshapeOp) or isinstance(user, wave.ReduceOp) and is_unit_reduction(user):
+        return sole_output(user.result)
+    return None
+
+
 def _kept_operand(op: Operation) -> SSAValue | None:
     """The operand an EWISE ``select(c, a, %k)`` keeps where c is 0 (wavec.opcodes.kept_input), when the result
     has its shape; None otherwise."""
@@ -817,7 +850,7 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
             return
     ins = [lw.loc(v, op) for v in op.operands]
     state = updates_state_in_place(op)
-    out = lw.loc(state, op) if state is not None else lw.act(op.result)
+    out = lw.loc(state, op) if state is not None else lw.output_in_place(op.result) or lw.act(op.result)
     lw.locs[op.result] = out
     name = _source_name(op, index)
     if isinstance(op, wave.EwiseOp):
@@ -866,11 +899,9 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         lw.resets.append(lw.phase(f"reset_{op.sym}", "wave.state", [lw.ewise_part("select(%0, %1, %2)", [reset, init, state], state, state.shape)]))
     elif isinstance(op, wave.OutputOp):
         src = lw.loc(op.value, op)
-        shape = wave.shape_of(op.value)
-        axis = _cohort_axis(op)
-        dst = lw.buffer(f"out.{op.sym}", "output", "output", shape, True, model_name=op.sym,
-                        shape=_user_shape(shape[1:], axis), cohort_axis=axis)
-        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, [lw.copy_part(src, dst)]))
+        if f"out.{op.sym}" in lw.buffers:  # computed in place (_Lowering.output_in_place)
+            return True
+        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, [lw.copy_part(src, lw.output_buffer(op))]))
     elif isinstance(op, wave.StateWriteOp):
         src, dst = lw.loc(op.value, op), lw.buffers[f"s.{op.sym}"]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
@@ -914,6 +945,9 @@ class WaveToWpk(ModulePass):
     min_tile_flops: int = field(
         default=8192, metadata={"help": "smallest tile, in FLOPs per session (cheap ops get longer tiles)"}
     )
+    outputs_in_place: bool = field(
+        default=True, metadata={"help": "an op whose result is only a model output writes the output buffer (no copy)"}
+    )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
@@ -924,7 +958,7 @@ class WaveToWpk(ModulePass):
             if value < least:
                 raise PassFailedException(f"wave-to-wpk: {option} must be >= {least}, got {value}")
         block = wave.graph_block(op)
-        lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops)
+        lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops, self.outputs_in_place)
         pairs = _paired_outputs(block)
         for node in list(block.ops):
             if isinstance(node, wave.EwiseOp) and len(node.inputs) > MAX_INPUTS:

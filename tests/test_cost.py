@@ -79,8 +79,10 @@ def test_reduce_and_copy():
         %x = wave.input "x" : tensor<6x10xf32>
         %m = wave.reduce "mean" %x {axes = array<i64: 1>, keepdims = false} : (tensor<6x10xf32>) -> tensor<6xf32>
         wave.output "m", %m : tensor<6xf32>
+        wave.output "m2", %m : tensor<6xf32>
         """
     )
+    # Two outputs read m, so it is copied to each (one output alone would be written in place).
     assert costs["reduce"] == (SESSIONS * 6 * 10, 4 * (SESSIONS * 60 + SESSIONS * 6))
     assert costs["output"] == (0, 4 * (SESSIONS * 6 * 2))
 

@@ -206,7 +206,7 @@ def test_the_report_says_the_schedule_charged_measured_costs(silero_8, tmp_path,
                        "input=576", "--state", "state=stateN", "--task-costs", str(path), "-o", str(out)]) == 0
     assert wavec_main(["report", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "charged costs: the measured bodies of 18 phases" in text and "plus 0.4 us between a worker's tasks" in text
+    assert "charged costs: the measured bodies of 17 phases" in text and "plus 0.4 us between a worker's tasks" in text
 
 
 def test_at_phase_granularity_measured_costs_change_only_the_modeled_figures(silero_8):
@@ -253,7 +253,7 @@ def test_a_phase_of_no_tasks_needs_no_measurement(tmp_path):
     costs = {"model": "empty_phase", "sessions": 1, "workers": 2, "task_gap_us": 0.0,
              "phases": {"ewise_1": {"tasks": 1, "body_p50_us": 2.0}, "output_y": {"tasks": 1, "body_p50_us": 3.0}}}
     module = Parser(make_context(), EMPTY_PHASE).parse_module()
-    run_pipeline(module, with_task_costs("wave-to-wpk{workers=2},wpk-arena,wpk-schedule{workers=2}",
+    run_pipeline(module, with_task_costs("wave-to-wpk{workers=2 outputs-in-place=false},wpk-arena,wpk-schedule{workers=2}",
                                          write(tmp_path, {"phase_costs": costs})))
     measured = module.attributes["wpk.measured_us"].data["phases"].data
     assert {k: v.value.data for k, v in measured.items()} == {"ewise_1": 2.0, "output_y": 3.0}

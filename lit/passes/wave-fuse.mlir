@@ -1,5 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p wave-fuse | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-fuse{max-inputs=1}' | filecheck %s --check-prefix=NARROW
+// RUN: wavec-opt %s --split-input-file -p 'wave-fuse{recompute-max-bytes=4}' | filecheck %s --check-prefix=NOCOMPUTE
 // RUN: not wavec-opt %s -p 'wave-fuse{max-inputs=5}' 2>&1 | filecheck %s --check-prefix=BADOPT
 
 // The magnitude of an STFT bin (Silero's front end): four elementwise ops become one.
@@ -27,19 +28,66 @@ func.func @fuse_magnitude_chain() {
 
 // -----
 
-// A producer that is also written to state (or read twice) must stay: its value is needed as is.
-func.func @no_fusion_across_state_write() {
-  %x = wave.input "x" : tensor<4xf32>
-  %h = wave.state "h" : tensor<4xf32>
-  %n = wave.ewise "tanh(add(%0, %1))"(%x, %h) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-  %y = wave.ewise "mul(%0, 0.5)"(%n) : (tensor<4xf32>) -> tensor<4xf32>
-  wave.state_write "h", %n : tensor<4xf32>
-  wave.output "y", %y : tensor<4xf32>
+// A producer that is also written to state (or read twice) must stay: its value is needed as is. Its small
+// inputs (8 bytes a session, within recompute-max-bytes) let its user compute it again instead of waiting
+// for it; past the limit (recompute-max-bytes=4) the user reads it.
+func.func @recompute_across_state_write() {
+  %x = wave.input "x" : tensor<2xf32>
+  %h = wave.state "h" : tensor<2xf32>
+  %n = wave.ewise "tanh(add(%0, %1))"(%x, %h) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  %y = wave.ewise "mul(%0, 0.5)"(%n) : (tensor<2xf32>) -> tensor<2xf32>
+  wave.state_write "h", %n : tensor<2xf32>
+  wave.output "y", %y : tensor<2xf32>
   func.return
 }
-// CHECK-LABEL: func.func @no_fusion_across_state_write
+// CHECK-LABEL: func.func @recompute_across_state_write
 // CHECK:         %n = wave.ewise "tanh(add(%0, %1))"(%x, %h)
-// CHECK-NEXT:    %y = wave.ewise "mul(%0, 0.5)"(%n)
+// CHECK-NEXT:    %y = wave.ewise "mul(tanh(add(%0, %1)), 0.5)"(%x, %h)
+// CHECK-NEXT:    wave.state_write "h", %n
+// NOCOMPUTE-LABEL: func.func @recompute_across_state_write
+// NOCOMPUTE:         %n = wave.ewise "tanh(add(%0, %1))"(%x, %h)
+// NOCOMPUTE-NEXT:    %y = wave.ewise "mul(%0, 0.5)"(%n)
+
+// -----
+
+// Silero's LSTM cell: h is the state's and, reshaped, relu's input. relu computes h again from o and c,
+// each reshaped as h was, so the decoder no longer waits for h's phase. c (four inputs) would take relu to
+// five, more than a task reads: it stays an input.
+func.func @recompute_through_reshape() {
+  %o = wave.input "o" : tensor<1x128xf32>
+  %c = wave.input "c" : tensor<1x128xf32>
+  %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%o, %c) : (tensor<1x128xf32>, tensor<1x128xf32>) -> tensor<1x128xf32>
+  %v = wave.reshape %h : (tensor<1x128xf32>) -> tensor<1x128x1xf32>
+  %r = wave.ewise "relu(%0)"(%v) : (tensor<1x128x1xf32>) -> tensor<1x128x1xf32>
+  wave.state_write "h", %h : tensor<1x128xf32>
+  wave.output "r", %r : tensor<1x128x1xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @recompute_through_reshape
+// CHECK:         %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%o, %c)
+// CHECK-NEXT:    %v = wave.reshape %h
+// CHECK-NEXT:    %[[O:.*]] = wave.reshape %o : (tensor<1x128xf32>) -> tensor<1x128x1xf32>
+// CHECK-NEXT:    %[[C:.*]] = wave.reshape %c : (tensor<1x128xf32>) -> tensor<1x128x1xf32>
+// CHECK-NEXT:    %{{.*}} = wave.ewise "relu(mul(sigmoid(%0), tanh(%1)))"(%[[O]], %[[C]]) : (tensor<1x128x1xf32>, tensor<1x128x1xf32>) -> tensor<1x128x1xf32>
+// Past the limit relu reads h.
+// NOCOMPUTE-LABEL: func.func @recompute_through_reshape
+// NOCOMPUTE:         %r = wave.ewise "relu(%0)"(%v)
+
+// -----
+
+// Through a reshape a producer with broadcast inputs cannot be refolded (its bias would need a reshape that
+// broadcasts differently): relu reads it.
+func.func @no_recompute_of_broadcast_through_reshape() {
+  %x = wave.input "x" : tensor<2x4xf32>
+  %b = wave.weight "b" : tensor<4xf32>
+  %y = wave.ewise "add(%0, %1)"(%x, %b) : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  %v = wave.reshape %y : (tensor<2x4xf32>) -> tensor<8xf32>
+  %r = wave.ewise "relu(%0)"(%v) : (tensor<8xf32>) -> tensor<8xf32>
+  wave.output "r", %r : tensor<8xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @no_recompute_of_broadcast_through_reshape
+// CHECK:         %r = wave.ewise "relu(%0)"(%v)
 
 // -----
 

@@ -192,7 +192,8 @@ func.func @not_batched() {
 
 // A ring cache written twice a beat (two model steps), each step's attention reading its version: both
 // writes select into the state's own buffer (element for element), and the state write is no copy. The
-// first step's reader comes before the second write in block order, which the lowering keeps.
+// first step's reader comes before the second write in block order, which the lowering keeps. r1, which
+// nothing but its output reads, is computed into the output buffer; c2, also the state's, is copied there.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @ring_two_steps() {
     %c = wave.state "kv" {cohort_axis = 0 : i64} : tensor<2x4x8xf32>
@@ -212,7 +213,7 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "ewise_4"
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["w.iota", "in.pos", "in.new", "s.kv"], {{.*}}output = "s.kv"
 // CHECK:       wpk.phase "ewise_5"
-// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.kv"], {{.*}}output = "t{{[0-9]+}}"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.kv"], {{.*}}output = "out.r1"
 // CHECK:       wpk.phase "ewise_6"
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["w.iota", "in.pos", "in.new", "s.kv"], {{.*}}output = "s.kv"
 // CHECK:       wpk.phase "output_c2"
@@ -374,3 +375,35 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.c", "in.h"], {{.*}}params = array<i64: 2, 2, 1, 256, 64, 0, 256, 1, 0, 0, 1, 0, 64, 1,
 // CHECK:       wpk.phase "matmul_4"
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.s", "in.c"], {{.*}}params = array<i64: 2, 3, 4, 16, 1, 64, 0,
+
+// -----
+
+// Outputs in place: Silero's last ops, a conv whose one frame is reshaped and averaged over that frame (a
+// unit reduction), write the output buffer themselves, and the output is no copy phase. A value that a
+// second op also reads keeps its copy.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @outputs_in_place() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x4x1xf32>
+    %w = wave.weight "w" : tensor<1x4x1xf32>
+    %y = wave.conv %x, %w {strides = array<i64: 1>, pads = array<i64: 0, 0>, dilations = array<i64: 1>, group = 1 : i64} : tensor<2x4x1xf32>, tensor<1x4x1xf32> -> tensor<2x1x1xf32>
+    %r = wave.reshape %y : (tensor<2x1x1xf32>) -> tensor<2x1xf32>
+    %m = wave.reduce "mean" %r {axes = array<i64: 1>, keepdims = false} : (tensor<2x1xf32>) -> tensor<2xf32>
+    %h = wave.ewise "tanh(%0)"(%x) : (tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+    %g = wave.ewise "mul(%0, 2.0)"(%h) : (tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+    wave.output "prob", %m {cohort_axis = 0 : i64} : tensor<2xf32>
+    wave.output "h", %h {cohort_axis = 0 : i64} : tensor<2x4x1xf32>
+    wave.output "g", %g {cohort_axis = 0 : i64} : tensor<2x4x1xf32>
+    func.return
+  }
+}
+// CHECK:       wpk.phase "conv_2"
+// CHECK-NEXT:    wpk.tasks "conv" {inputs = ["in.x", "w.w"], {{.*}}output = "out.prob"
+// CHECK:       wpk.phase "ewise_5"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], {{.*}}output = "[[H:t[0-9]+]]"
+// CHECK:       wpk.phase "ewise_6"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H]]"], {{.*}}output = "out.g"
+// CHECK-NOT:   wpk.phase "output_prob"
+// CHECK-NOT:   wpk.phase "output_g"
+// CHECK:       wpk.phase "output_h"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H]]"], {{.*}}output = "out.h"
+// CHECK-NOT:   wpk.phase
