@@ -7,7 +7,8 @@ Each compute op becomes one `wpk.phase` of tasks; a task is one tile: a range of
 one session's output elements, sized so that an op spreads over `workers` tasks when its work allows
 (never tiles under `min-tile-elems` elements or `min-tile-flops` FLOPs per session, so a copy stays
 whole while a convolution's few outputs of hundreds of taps each spread over many SMs). Data movement (slice, transpose, concat, broadcast, copies)
-becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op. A slice that
+becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op; a concat that
+only outputs and state writes read is no phase of its own, each of them copying its parts (`folds_into_copies`). A slice that
 selects a contiguous block, or that only elementwise ops and copies (concat, outputs, state writes) read,
 is no task at all: the block's offset, or the strided view those ops read through; neither is a sum,
 mean, max, min, product or log-sum-exp over axes of size 1 (a reshape), nor a transpose read only as
@@ -348,6 +349,7 @@ class _Lowering:
     min_elems: int
     min_work: int
     outputs_in_place: bool
+    copied_concats: dict[SSAValue, tuple[list[Loc], int]] = field(default_factory=dict)
     buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
     locs: dict[SSAValue, Loc] = field(default_factory=dict)
     phases: list[wpk.PhaseOp] = field(default_factory=list)
@@ -447,6 +449,14 @@ class _Lowering:
 
     def copy_part(self, src: Loc, dst: Loc) -> tuple:
         return self.ewise_part("%0", [src], dst, dst.shape)
+
+    def copy_parts(self, value: SSAValue, src: Loc | None, dst: Loc) -> list[tuple]:
+        """The copy of ``value`` (at ``src``) to ``dst``: one part, or a part per input of a concat that folds
+        into its copies (`folds_into_copies`)."""
+        if value in self.copied_concats:
+            ins, axis = self.copied_concats[value]
+            return _concat_parts(self, ins, axis, dst)
+        return [self.copy_part(src, dst)]
 
 
 def _attr(value):
@@ -614,8 +624,7 @@ def _lower_reduce(lw: _Lowering, op: wave.ReduceOp, x: Loc, out: Loc) -> tuple:
     return params, [x], out
 
 
-def _concat_parts(lw: _Lowering, op: wave.ConcatOp, ins: list[Loc], out: Loc) -> list[tuple]:
-    axis = op.axis.value.data
+def _concat_parts(lw: _Lowering, ins: list[Loc], axis: int, out: Loc) -> list[tuple]:
     parts, start = [], 0
     for loc in ins:
         # each input is copied into its part of the output: a view of the output's buffer at its strides
@@ -624,6 +633,16 @@ def _concat_parts(lw: _Lowering, op: wave.ConcatOp, ins: list[Loc], out: Loc) ->
         parts.append(lw.copy_part(loc, dst))
         start += loc.shape[axis]
     return parts
+
+
+def folds_into_copies(op: wave.ConcatOp, ins: list[Loc], lw: "_Lowering") -> bool:
+    """A concat read only by model outputs and state writes is no phase: each of those copies the concat's
+    inputs into its parts itself (Silero's new state [h, c], its output and its write-back: one phase and one
+    handoff fewer before the beat ends; bench/RESULTS.md twenty-second run). Not when an input is (a view of)
+    a state: the state writes run one after another after the graph, and might write over it first."""
+    users = [use.operation for use in op.result.uses]
+    return (bool(users) and all(isinstance(u, (wave.OutputOp, wave.StateWriteOp)) for u in users)
+            and all(lw.buffers[loc.buffer].arena.data != "state" for loc in ins))
 
 
 def slice_view(op: wave.SliceOp, x: Loc) -> Loc:
@@ -849,6 +868,9 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
             lw.locs[op.result] = view
             return
     ins = [lw.loc(v, op) for v in op.operands]
+    if isinstance(op, wave.ConcatOp) and folds_into_copies(op, ins, lw):
+        lw.copied_concats[op.result] = (ins, op.axis.value.data)
+        return
     state = updates_state_in_place(op)
     out = lw.loc(state, op) if state is not None else lw.output_in_place(op.result) or lw.act(op.result)
     lw.locs[op.result] = out
@@ -864,7 +886,7 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
     elif isinstance(op, wave.ReduceOp):
         parts = [_lower_reduce(lw, op, ins[0], out)]
     elif isinstance(op, wave.ConcatOp):
-        parts = _concat_parts(lw, op, ins, out)
+        parts = _concat_parts(lw, ins, op.axis.value.data, out)
     elif isinstance(op, wave.SliceOp):
         parts = [lw.copy_part(slice_view(op, ins[0]), out)]
     elif isinstance(op, wave.TransposeOp):
@@ -898,13 +920,17 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         reset = lw.reset_flags(len(shape))
         lw.resets.append(lw.phase(f"reset_{op.sym}", "wave.state", [lw.ewise_part("select(%0, %1, %2)", [reset, init, state], state, state.shape)]))
     elif isinstance(op, wave.OutputOp):
-        src = lw.loc(op.value, op)
         if f"out.{op.sym}" in lw.buffers:  # computed in place (_Lowering.output_in_place)
             return True
-        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, [lw.copy_part(src, lw.output_buffer(op))]))
+        src = None if op.value in lw.copied_concats else lw.loc(op.value, op)
+        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, lw.copy_parts(op.value, src, lw.output_buffer(op))))
     elif isinstance(op, wave.StateWriteOp):
-        src, dst = lw.loc(op.value, op), lw.buffers[f"s.{op.sym}"]
+        dst = lw.buffers[f"s.{op.sym}"]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
+        if op.value in lw.copied_concats:
+            lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, lw.copy_parts(op.value, None, dst_loc)))
+            return True
+        src = lw.loc(op.value, op)
         if src == dst_loc:
             return True
         if lw.buffers[src.buffer].arena.data == "state":

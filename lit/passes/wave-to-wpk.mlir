@@ -70,7 +70,7 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 
 // A concat copies its parts through strided views, so it reads a reversed slice in place too: Silero's
 // reflection pad (the frame with its edge mirrored) is one phase, the edge's part reading x from
-// element 6 at stride -1.
+// element 6 at stride -1. Read only by the output, the concat is that output's copy.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @reflect_pad() {
     %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x8xf32>
@@ -81,7 +81,8 @@ builtin.module attributes {wave.cohort = 2 : i64} {
   }
 }
 // CHECK-NOT:   wpk.phase "slice
-// CHECK:       wpk.phase "concat_2"
+// CHECK-NOT:   wpk.phase "concat_2"
+// CHECK:       wpk.phase "output_p"
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], input_offsets = array<i64: 0>,
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], input_offsets = array<i64: 6>, {{.*}}params = array<i64: 1, 1, 3, 1, 1, -1,
 
@@ -407,3 +408,39 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "output_h"
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H]]"], {{.*}}output = "out.h"
 // CHECK-NOT:   wpk.phase
+// CHECK:       // -----
+
+// -----
+
+// Silero's new LSTM state: [h, c] concatenated, then reported (stateN) and written back. Read only by those
+// copies, the concat is no phase: each copies h and c into its parts itself, one handoff fewer before the
+// beat's end. A concat with a part read from a state stays (the writes back run one after another, and
+// state "s" could be written before "t"'s copy read it).
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @concat_into_copies() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x4xf32>
+    %s = wave.state "s" {cohort_axis = 0 : i64} : tensor<2x2x4xf32>
+    %t = wave.state "t" {cohort_axis = 0 : i64} : tensor<2x2x4xf32>
+    %h = wave.ewise "tanh(%0)"(%x) : (tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %c = wave.ewise "exp(%0)"(%x) : (tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %hc = wave.concat %h, %c {axis = 1 : i64} : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x2x4xf32>
+    %s0 = wave.slice %s {starts = array<i64: 0, 0, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x2x4xf32>) -> tensor<2x1x4xf32>
+    %hs = wave.concat %h, %s0 {axis = 1 : i64} : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x2x4xf32>
+    wave.output "sN", %hc {cohort_axis = 0 : i64} : tensor<2x2x4xf32>
+    wave.state_write "s", %hc : tensor<2x2x4xf32>
+    wave.state_write "t", %hs : tensor<2x2x4xf32>
+    func.return
+  }
+}
+// CHECK:       wpk.phase "ewise_3"
+// CHECK:       wpk.phase "ewise_4"
+// CHECK-NOT:   wpk.phase "concat_5"
+// CHECK:       wpk.phase "concat_7"
+// CHECK:       wpk.phase "output_sN"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H:t[0-9]+]]"], input_offsets = array<i64: 0>, output = "out.sN", output_offset = 0 : i64
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[C:t[0-9]+]]"], input_offsets = array<i64: 0>, output = "out.sN", output_offset = 4 : i64
+// CHECK:       wpk.phase "state_write_s"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H]]"], input_offsets = array<i64: 0>, output = "s.s", output_offset = 0 : i64
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[C]]"], input_offsets = array<i64: 0>, output = "s.s", output_offset = 4 : i64
+// CHECK:       wpk.phase "state_write_t"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["t{{[0-9]+}}"], input_offsets = array<i64: 0>, output = "s.t", output_offset = 0 : i64
