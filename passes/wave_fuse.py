@@ -114,17 +114,28 @@ def _through_reshapes(value: SSAValue) -> tuple[wave.EwiseOp | None, list[wave.R
     return (op, reshapes) if isinstance(op, wave.EwiseOp) else (None, [])
 
 
-def _depends_on(value: SSAValue, op: Operation) -> bool:
-    """Whether ``value`` is computed from ``op``'s result (an op of the same block, which is in SSA order)."""
-    seen, todo = set(), [value]
+def _depends_on(value: SSAValue, op: Operation, order: dict[Operation, int]) -> bool:
+    """Whether ``value`` is computed from ``op``'s result. ``order``: the block's ops numbered in SSA order (an
+    op numbered before ``op`` cannot read it, so the walk stops there; an op made since, unnumbered, is
+    walked through). xDSL's is_before_in_block walks the block at each call: duplex:11b's wave-fuse took
+    6 min 40 s with it, 15 s without recomputation."""
+    seen, todo, first = set(), [value], order.get(op, -1)
     while todo:
         owner = todo.pop().owner
         if owner is op:
             return True
-        if isinstance(owner, Operation) and owner not in seen and op.is_before_in_block(owner):
+        if isinstance(owner, Operation) and owner not in seen and order.get(owner, first + 1) > first:
             seen.add(owner)
             todo.extend(owner.operands)
     return False
+
+
+def _reads_state(value: SSAValue) -> bool:
+    """Whether ``value`` is a state, or a view of one (reshape, slice, transpose)."""
+    op = value.owner
+    while isinstance(op, (wave.ReshapeOp, wave.SliceOp, wave.TransposeOp)):
+        op = op.x.owner
+    return isinstance(op, wave.StateOp)
 
 
 def _bytes_per_session(values) -> int:
@@ -135,17 +146,25 @@ class RecomputeElementwiseProducer(_Fusion):
     """Folds an elementwise producer into an elementwise user that reads it through reshapes, or that shares
     it with other readers (recomputation: the producer stays for them, and the user computes the value again
     from the producer's inputs instead of waiting for it). Recomputed only where the producer's distinct
-    inputs are at most `max_bytes` a session, where a phase's handoff (about 1 us, ARCHITECTURE.md) costs more
-    than reading them again; where the user's other inputs are not computed from the producer (a softmax's
-    division waits for the sum of the exponentials either way); and where the producer is no ``select(c, a,
-    %k)``, which wave-to-wpk may lower as an update of a state in place, allowed only while nothing else reads
-    that state (`updates_state_in_place`). Silero's LSTM: relu(h) of h = mul(sigmoid(o), tanh(c)), h also the state's,
+    inputs are at most `max_bytes` (a session's, before wave-cohort; weights counted), where a phase's handoff
+    (about 1 us, ARCHITECTURE.md) costs more than reading them again; where the user's other inputs are not
+    computed from the producer (a softmax's division waits for the sum of the exponentials either way); and
+    where the producer reads no state and is no ``select(c, a, %k)``: wave-to-wpk may update a state in place
+    only while nothing else reads it (`updates_state_in_place`), and the state's write waits for every reader
+    of the old value (a payload holds 3 waits). Reshapes left unread are erased. Silero's LSTM: relu(h) of h = mul(sigmoid(o), tanh(c)), h also the state's,
     becomes relu(mul(sigmoid(o), tanh(c))), one phase off the output's chain. Through reshapes every input of
     the producer must have its shape (each is reshaped as the value was); broadcasting ones stay unfused."""
 
-    def __init__(self, max_inputs: int, saved: list[int], max_bytes: int):
+    def __init__(self, max_inputs: int, saved: list[int], max_bytes: int, order: dict[Operation, int]):
         super().__init__(max_inputs, saved)
         self.max_bytes = max_bytes
+        self.order = order
+
+    def _may_recompute(self, producer: wave.EwiseOp, others: list[SSAValue]) -> bool:
+        return (0 < self.max_bytes and _bytes_per_session(set(producer.inputs)) <= self.max_bytes
+                and not any(_depends_on(v, producer, self.order) for v in others)
+                and kept_input(parse_expr(producer.expr.data)) < 0
+                and not any(_reads_state(v) for v in producer.inputs))
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
@@ -155,15 +174,14 @@ class RecomputeElementwiseProducer(_Fusion):
                 continue  # FuseElementwiseProducer's
             shared = not all(v.has_one_use() for v in [producer.result, *(r.result for r in reshapes)])
             others = [v for i, v in enumerate(user.inputs) if i != index]
-            if shared and (_bytes_per_session(set(producer.inputs)) > self.max_bytes
-                           or any(_depends_on(v, producer) for v in others)
-                           or kept_input(parse_expr(producer.expr.data)) >= 0):
+            if shared and not self._may_recompute(producer, others):
                 continue
             shape = wave.shape_of(operand)
             if reshapes and any(wave.shape_of(v) != wave.shape_of(producer.result) for v in producer.inputs):
                 continue
             fresh = list(dict.fromkeys(producer.inputs))
-            if len(set(others)) + len([v for v in fresh if reshapes or v not in others]) > self.max_inputs:
+            read_again = [v for v in fresh if reshapes or v not in others]
+            if len(set(others)) + len(read_again) > self.max_inputs:
                 continue
             views = [wave.ReshapeOp(v, shape) for v in fresh] if reshapes else []
             value_of = {v: view.result for v, view in zip(fresh, views)} if reshapes else {v: v for v in fresh}
@@ -174,14 +192,18 @@ class RecomputeElementwiseProducer(_Fusion):
             inner = parse_expr(producer.expr.data).substitute(producer_map)
             expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
             fused = wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
+            for op in [*views, fused]:
+                self.order[op] = self.order.get(user, len(self.order))
             rewriter.replace(user, [*views, fused], [fused.result])
-            if shared:  # the user reads the producer's inputs, not its result, which is still written
-                self.saved.append(_bytes_per_session([operand]) - _bytes_per_session(
-                    [v for v in fresh if reshapes or v not in others]))
+            for r in reshapes:  # the reshapes only this user read
+                if r.result.uses:
+                    break
+                rewriter.erase_op(r)
+            if producer.result.uses:  # recomputed: the user reads the producer's inputs, not its result
+                self.saved.append(_bytes_per_session([operand]) - _bytes_per_session(read_again))
             else:
                 self.saved.append(intermediate_bytes(producer.result))
-                for op in [*reshapes, producer]:
-                    rewriter.erase_op(op)
+                rewriter.erase_op(producer)
             return
 
 
@@ -290,7 +312,8 @@ RECOMPUTE_MAX_BYTES = 4096
 class WaveFuse(ModulePass):
     """Fuses single-use elementwise producers into their elementwise users, elementwise users of
     single-use matmul / conv results into those ops as epilogues, and the single-use elementwise producer
-    of a matmul's a (a norm's normalizing step) into the matmul as its prologue."""
+    of a matmul's a (a norm's normalizing step) into the matmul as its prologue; then recomputes small
+    shared elementwise producers in the users that would otherwise wait a phase for them."""
 
     name = "wave-fuse"
     max_inputs: int = field(
@@ -302,7 +325,7 @@ class WaveFuse(ModulePass):
     recompute_max_bytes: int = field(
         default=RECOMPUTE_MAX_BYTES,
         metadata={"help": "recompute a shared elementwise producer in a user when its inputs are at most this many "
-                          "bytes a session (0: never)"},
+                          "bytes (a session's, before wave-cohort; 0: never)"},
     )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -315,9 +338,12 @@ class WaveFuse(ModulePass):
                    *([FusePrologue(self.max_inputs, saved)] if self.prologues else [])]
         # Recomputation last: folding a shared producer into its users first could take from a matmul the
         # prologue it would get (a layer norm's normalizing ewise reading x and its mean again, not x - mean).
-        for patterns in (fusions, [RecomputeElementwiseProducer(self.max_inputs, saved, self.recompute_max_bytes), *fusions]):
-            PatternRewriteWalker(GreedyRewritePatternApplier(patterns, dce_enabled=False),
-                                 apply_recursively=True).rewrite_module(op)
+        PatternRewriteWalker(GreedyRewritePatternApplier(fusions, dce_enabled=False),
+                             apply_recursively=True).rewrite_module(op)
+        order = {node: i for i, node in enumerate(op.walk())}
+        recompute = RecomputeElementwiseProducer(self.max_inputs, saved, self.recompute_max_bytes, order)
+        PatternRewriteWalker(GreedyRewritePatternApplier([recompute, *fusions], dce_enabled=False),
+                             apply_recursively=True).rewrite_module(op)
         per_session = sum(saved) // (wave.cohort_size(op) or 1)
         previous = op.attributes.get(SAVED_ATTR)
         total = per_session + (previous.value.data if previous is not None else 0)

@@ -8,7 +8,8 @@ one session's output elements, sized so that an op spreads over `workers` tasks 
 (never tiles under `min-tile-elems` elements or `min-tile-flops` FLOPs per session, so a copy stays
 whole while a convolution's few outputs of hundreds of taps each spread over many SMs). Data movement (slice, transpose, concat, broadcast, copies)
 becomes EWISE tasks over strided views, so the four opcodes of wavec/opcodes.py cover every op; a concat that
-only outputs and state writes read is no phase of its own, each of them copying its parts (`folds_into_copies`). A slice that
+only outputs and state writes read is no phase of its own, each of them copying its parts (`folds_into_copies`;
+option `concats-into-copies`). A slice that
 selects a contiguous block, or that only elementwise ops and copies (concat, outputs, state writes) read,
 is no task at all: the block's offset, or the strided view those ops read through; neither is a sum,
 mean, max, min, product or log-sum-exp over axes of size 1 (a reshape), nor a transpose read only as
@@ -349,6 +350,8 @@ class _Lowering:
     min_elems: int
     min_work: int
     outputs_in_place: bool
+    concats_into_copies: bool
+    outputs_computed: set[Operation] = field(default_factory=set)
     copied_concats: dict[SSAValue, tuple[list[Loc], int]] = field(default_factory=dict)
     buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
     locs: dict[SSAValue, Loc] = field(default_factory=dict)
@@ -385,6 +388,7 @@ class _Lowering:
         if output is None or not any(self.locs[v].per_session for v in value.owner.operands):
             return None
         dst = self.output_buffer(output)
+        self.outputs_computed.add(output)
         return Loc(dst.buffer, 0, wave.shape_of(value), True)
 
     def act_buffer(self, shape, per_session: bool) -> Loc:
@@ -868,7 +872,7 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
             lw.locs[op.result] = view
             return
     ins = [lw.loc(v, op) for v in op.operands]
-    if isinstance(op, wave.ConcatOp) and folds_into_copies(op, ins, lw):
+    if isinstance(op, wave.ConcatOp) and lw.concats_into_copies and folds_into_copies(op, ins, lw):
         lw.copied_concats[op.result] = (ins, op.axis.value.data)
         return
     state = updates_state_in_place(op)
@@ -920,11 +924,14 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         reset = lw.reset_flags(len(shape))
         lw.resets.append(lw.phase(f"reset_{op.sym}", "wave.state", [lw.ewise_part("select(%0, %1, %2)", [reset, init, state], state, state.shape)]))
     elif isinstance(op, wave.OutputOp):
-        if f"out.{op.sym}" in lw.buffers:  # computed in place (_Lowering.output_in_place)
+        if op in lw.outputs_computed:  # in place (_Lowering.output_in_place)
             return True
         src = None if op.value in lw.copied_concats else lw.loc(op.value, op)
         lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, lw.copy_parts(op.value, src, lw.output_buffer(op))))
     elif isinstance(op, wave.StateWriteOp):
+        if f"s.{op.sym}" not in lw.buffers:
+            raise PassFailedException(f"wave-to-wpk: wave.state_write {op.sym!r} writes no state: declare it with "
+                                      f"wave.state {op.sym!r} first")
         dst = lw.buffers[f"s.{op.sym}"]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
         if op.value in lw.copied_concats:
@@ -963,7 +970,8 @@ def _paired_outputs(block) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class WaveToWpk(ModulePass):
-    """Lowers the cohort-batched wave graph to wpk buffers, phases and tiled tasks."""
+    """Lowers the cohort-batched wave graph to wpk buffers, phases and tiled tasks; an op that only an output
+    reads writes that output, and a concat that only outputs and state writes read is their copies."""
 
     name = "wave-to-wpk"
     workers: int = field(default=132, metadata={"help": "workers (one block per SM) an op's tiles should fill"})
@@ -973,6 +981,9 @@ class WaveToWpk(ModulePass):
     )
     outputs_in_place: bool = field(
         default=True, metadata={"help": "an op whose result is only a model output writes the output buffer (no copy)"}
+    )
+    concats_into_copies: bool = field(
+        default=True, metadata={"help": "a concat that only outputs and state writes read is their copies (no phase)"}
     )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -984,7 +995,8 @@ class WaveToWpk(ModulePass):
             if value < least:
                 raise PassFailedException(f"wave-to-wpk: {option} must be >= {least}, got {value}")
         block = wave.graph_block(op)
-        lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops, self.outputs_in_place)
+        lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops, self.outputs_in_place,
+                       self.concats_into_copies)
         pairs = _paired_outputs(block)
         for node in list(block.ops):
             if isinstance(node, wave.EwiseOp) and len(node.inputs) > MAX_INPUTS:

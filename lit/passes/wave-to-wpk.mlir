@@ -191,6 +191,33 @@ func.func @not_batched() {
 
 // -----
 
+// Two outputs of one name are refused, whichever of them its op computes in place.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @two_outputs_named_y() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x4xf32>
+    %a = wave.ewise "tanh(%0)"(%x) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+    %b = wave.ewise "exp(%0)"(%a) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+    wave.output "y", %a {cohort_axis = 0 : i64} : tensor<2x4xf32>
+    wave.output "y", %b {cohort_axis = 0 : i64} : tensor<2x4xf32>
+    func.return
+  }
+}
+// CHECK: wave-to-wpk: two values named 'out.y'; names of inputs, weights, states and outputs must be unique
+
+// -----
+
+// A state write needs its state declared.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @write_of_no_state() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x4xf32>
+    wave.state_write "nope", %x : tensor<2x4xf32>
+    func.return
+  }
+}
+// CHECK: wave-to-wpk: wave.state_write 'nope' writes no state: declare it with wave.state 'nope' first
+
+// -----
+
 // A ring cache written twice a beat (two model steps), each step's attention reading its version: both
 // writes select into the state's own buffer (element for element), and the state write is no copy. The
 // first step's reader comes before the second write in block order, which the lowering keeps. r1, which
