@@ -198,12 +198,12 @@ class RecomputeElementwiseProducer(_Fusion):
             for r in reshapes:  # the reshapes only this user read
                 if r.result.uses:
                     break
-                rewriter.erase_op(r)
+                rewriter.erase(r)
             if producer.result.uses:  # recomputed: the user reads the producer's inputs, not its result
                 self.saved.append(_bytes_per_session([operand]) - _bytes_per_session(read_again))
             else:
                 self.saved.append(intermediate_bytes(producer.result))
-                rewriter.erase_op(producer)
+                rewriter.erase(producer)
             return
 
 
