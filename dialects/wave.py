@@ -560,12 +560,20 @@ class ReshapeOp(IRDLOperation):
             raise VerifyException(f"wave.reshape: {list(shape_of(self.x))} ({a} elements) cannot become {list(shape_of(self.result))} ({b})")
 
 
+def view_source(value: SSAValue, with_slices: bool = False):
+    """The op (or block argument) whose result ``value`` views: read back through transposes and reshapes,
+    which keep the values, and with ``with_slices`` slices, which keep some of them."""
+    views = (TransposeOp, ReshapeOp, SliceOp) if with_slices else (TransposeOp, ReshapeOp)
+    op = value.owner
+    while isinstance(op, views):
+        op = op.x.owner
+    return op
+
+
 def weight_source(value: SSAValue) -> WeightOp | None:
     """The `wave.weight` whose values ``value`` holds, read through transposes and reshapes (which keep
     them), or None when ``value`` is computed."""
-    op = value.owner
-    while isinstance(op, (TransposeOp, ReshapeOp)):
-        op = op.x.owner
+    op = view_source(value)
     return op if isinstance(op, WeightOp) else None
 
 

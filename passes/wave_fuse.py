@@ -60,15 +60,24 @@ from wavec.dialects import wave
 from wavec.opcodes import MAX_INPUTS, Expr, kept_input, parse_expr
 
 
-def _fused_operands(user: wave.EwiseOp, index: int, producer: wave.EwiseOp):
-    """The fused op's operand list and how the user's and producer's `%i` map into it."""
+def _fused_operands(user: wave.EwiseOp, index: int, inputs) -> list:
+    """The fused op's operands: the user's but its input ``index``, then the producer's ``inputs`` it lacks."""
     operands = [v for i, v in enumerate(user.inputs) if i != index]
-    for v in producer.inputs:
+    for v in inputs:
         if v not in operands:
             operands.append(v)
+    return operands
+
+
+def _fused(user: wave.EwiseOp, index: int, producer: wave.EwiseOp, inputs: list[SSAValue]) -> wave.EwiseOp:
+    """The user with its input ``index`` replaced by the producer's expression over ``inputs`` (the producer's
+    own inputs, or views of them, in its order)."""
+    operands = _fused_operands(user, index, inputs)
     user_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(user.inputs) if i != index}
-    producer_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(producer.inputs)}
-    return operands, user_map, producer_map
+    producer_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(inputs)}
+    inner = parse_expr(producer.expr.data).substitute(producer_map)
+    expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
+    return wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
 
 
 def intermediate_bytes(value) -> int:
@@ -91,12 +100,9 @@ class FuseElementwiseProducer(_Fusion):
             producer = operand.owner
             if not isinstance(producer, wave.EwiseOp) or not operand.has_one_use():
                 continue
-            operands, user_map, producer_map = _fused_operands(user, index, producer)
-            if len(operands) > self.max_inputs:
+            if len(_fused_operands(user, index, producer.inputs)) > self.max_inputs:
                 continue
-            inner = parse_expr(producer.expr.data).substitute(producer_map)
-            expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
-            fused = wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
+            fused = _fused(user, index, producer, list(producer.inputs))
             self.saved.append(intermediate_bytes(producer.result))
             rewriter.replace(user, fused)
             rewriter.erase(producer)
@@ -130,14 +136,6 @@ def _depends_on(value: SSAValue, op: Operation, order: dict[Operation, int]) -> 
     return False
 
 
-def _reads_state(value: SSAValue) -> bool:
-    """Whether ``value`` is a state, or a view of one (reshape, slice, transpose)."""
-    op = value.owner
-    while isinstance(op, (wave.ReshapeOp, wave.SliceOp, wave.TransposeOp)):
-        op = op.x.owner
-    return isinstance(op, wave.StateOp)
-
-
 def _bytes_per_session(values) -> int:
     return sum(4 * math.prod(wave.shape_of(v)) for v in values)
 
@@ -151,9 +149,10 @@ class RecomputeElementwiseProducer(_Fusion):
     computed from the producer (a softmax's division waits for the sum of the exponentials either way); and
     where the producer reads no state and is no ``select(c, a, %k)``: wave-to-wpk may update a state in place
     only while nothing else reads it (`updates_state_in_place`), and the state's write waits for every reader
-    of the old value (a payload holds 3 waits). Reshapes left unread are erased. Silero's LSTM: relu(h) of h = mul(sigmoid(o), tanh(c)), h also the state's,
-    becomes relu(mul(sigmoid(o), tanh(c))), one phase off the output's chain. Through reshapes every input of
-    the producer must have its shape (each is reshaped as the value was); broadcasting ones stay unfused."""
+    of the old value (a payload holds 3 waits). Reshapes left unread are erased. Silero's LSTM: relu(h) of h =
+    mul(sigmoid(o), tanh(c)), h also the state's, becomes relu(mul(sigmoid(o), tanh(c))), one phase off the
+    output's chain. Through reshapes every input of the producer must have its shape (each is reshaped as the
+    value was); broadcasting ones stay unfused."""
 
     def __init__(self, max_inputs: int, saved: list[int], max_bytes: int, order: dict[Operation, int]):
         super().__init__(max_inputs, saved)
@@ -164,7 +163,7 @@ class RecomputeElementwiseProducer(_Fusion):
         return (0 < self.max_bytes and _bytes_per_session(set(producer.inputs)) <= self.max_bytes
                 and not any(_depends_on(v, producer, self.order) for v in others)
                 and kept_input(parse_expr(producer.expr.data)) < 0
-                and not any(_reads_state(v) for v in producer.inputs))
+                and not any(isinstance(wave.view_source(v, with_slices=True), wave.StateOp) for v in producer.inputs))
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, user: wave.EwiseOp, rewriter: PatternRewriter) -> None:
@@ -180,18 +179,12 @@ class RecomputeElementwiseProducer(_Fusion):
             if reshapes and any(wave.shape_of(v) != wave.shape_of(producer.result) for v in producer.inputs):
                 continue
             fresh = list(dict.fromkeys(producer.inputs))
-            read_again = [v for v in fresh if reshapes or v not in others]
-            if len(set(others)) + len(read_again) > self.max_inputs:
+            read_again = fresh if reshapes else [v for v in fresh if v not in others]  # the views are new values
+            if len(others) + len(read_again) > self.max_inputs:
                 continue
             views = [wave.ReshapeOp(v, shape) for v in fresh] if reshapes else []
             value_of = {v: view.result for v, view in zip(fresh, views)} if reshapes else {v: v for v in fresh}
-            inner_inputs = [value_of[v] for v in producer.inputs]
-            operands = list(dict.fromkeys([*others, *inner_inputs]))
-            user_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(user.inputs) if i != index}
-            producer_map = {i: Expr("input", operands.index(v)) for i, v in enumerate(inner_inputs)}
-            inner = parse_expr(producer.expr.data).substitute(producer_map)
-            expr = parse_expr(user.expr.data).substitute({**user_map, index: inner})
-            fused = wave.EwiseOp(str(expr), operands, wave.shape_of(user.result))
+            fused = _fused(user, index, producer, [value_of[v] for v in producer.inputs])
             for op in [*views, fused]:
                 self.order[op] = self.order.get(user, len(self.order))
             rewriter.replace(user, [*views, fused], [fused.result])

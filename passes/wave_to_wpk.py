@@ -454,13 +454,13 @@ class _Lowering:
     def copy_part(self, src: Loc, dst: Loc) -> tuple:
         return self.ewise_part("%0", [src], dst, dst.shape)
 
-    def copy_parts(self, value: SSAValue, src: Loc | None, dst: Loc) -> list[tuple]:
-        """The copy of ``value`` (at ``src``) to ``dst``: one part, or a part per input of a concat that folds
-        into its copies (`folds_into_copies`)."""
+    def copy_parts(self, value: SSAValue, reader: Operation, dst: Loc) -> list[tuple]:
+        """``reader``'s copy of ``value`` to ``dst``: one part, or a part per input of a concat that folds into
+        its copies (`folds_into_copies`)."""
         if value in self.copied_concats:
             ins, axis = self.copied_concats[value]
             return _concat_parts(self, ins, axis, dst)
-        return [self.copy_part(src, dst)]
+        return [self.copy_part(self.loc(value, reader), dst)]
 
 
 def _attr(value):
@@ -926,8 +926,7 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
     elif isinstance(op, wave.OutputOp):
         if op in lw.outputs_computed:  # in place (_Lowering.output_in_place)
             return True
-        src = None if op.value in lw.copied_concats else lw.loc(op.value, op)
-        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, lw.copy_parts(op.value, src, lw.output_buffer(op))))
+        lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, lw.copy_parts(op.value, op, lw.output_buffer(op))))
     elif isinstance(op, wave.StateWriteOp):
         if f"s.{op.sym}" not in lw.buffers:
             raise PassFailedException(f"wave-to-wpk: wave.state_write {op.sym!r} writes no state: declare it with "
@@ -935,7 +934,7 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         dst = lw.buffers[f"s.{op.sym}"]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
         if op.value in lw.copied_concats:
-            lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, lw.copy_parts(op.value, None, dst_loc)))
+            lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, lw.copy_parts(op.value, op, dst_loc)))
             return True
         src = lw.loc(op.value, op)
         if src == dst_loc:
