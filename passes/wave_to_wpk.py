@@ -351,7 +351,9 @@ class _Lowering:
     min_work: int
     outputs_in_place: bool
     concats_into_copies: bool
+    states_in_place: bool = False
     outputs_computed: set[Operation] = field(default_factory=set)
+    states_computed: set[SSAValue] = field(default_factory=set)
     copied_concats: dict[SSAValue, tuple[list[Loc], int]] = field(default_factory=dict)
     buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
     locs: dict[SSAValue, Loc] = field(default_factory=dict)
@@ -390,6 +392,32 @@ class _Lowering:
         dst = self.output_buffer(output)
         self.outputs_computed.add(output)
         return Loc(dst.buffer, 0, wave.shape_of(value), True)
+
+    def state_in_place(self, op: Operation) -> Loc | None:
+        """Where an elementwise ``op`` writes its result when that is (a part of) a state's new value
+        (`_state_destination`): the state's own slot, when every other reader of the state's old value runs
+        before ``op`` and ``op`` reads the old value only where it writes, element for element
+        (`_may_write_state_early`); wpk-schedule's write-after-read waits then order the old value's reads
+        before the write. Its state write, a copy one handoff after the op, is then not needed (Silero's new
+        [h, c]: the copy phase ended the beat, bench/RESULTS.md twenty-third run)."""
+        if not self.states_in_place or not isinstance(op, wave.EwiseOp):
+            return None
+        found = _state_destination(op.result)
+        if found is None or not any(self.locs[v].per_session for v in op.operands):
+            return None
+        write, concat = found
+        state = self.buffers.get(f"s.{write.sym}")
+        if state is None:
+            return None
+        whole = Loc(state.buffer_name, 0, wave.shape_of(write.value), True)
+        block = whole if concat is None else as_block(_concat_part_views(concat, whole)[_reshape_source_index(concat, op.result)])
+        if block is None:
+            return None
+        dst = Loc(block.buffer, block.offset, wave.shape_of(op.result), True)
+        if not _may_write_state_early(op, write, dst, self):
+            return None
+        self.states_computed.add(op.result)
+        return dst
 
     def act_buffer(self, shape, per_session: bool) -> Loc:
         return self.buffer(f"t{len(self.buffers)}", "act", "act", shape, per_session)
@@ -628,25 +656,96 @@ def _lower_reduce(lw: _Lowering, op: wave.ReduceOp, x: Loc, out: Loc) -> tuple:
     return params, [x], out
 
 
+def _part_views(shapes: list[tuple[int, ...]], axis: int, out: Loc) -> list[Loc]:
+    """Each concat input's part of the concat's location ``out``: a view of out's buffer at its strides."""
+    views, start = [], 0
+    for shape in shapes:
+        views.append(Loc(out.buffer, out.offset + start * out.strides[axis],
+                         (*out.shape[:axis], shape[axis], *out.shape[axis + 1 :]), out.per_session, out.strides))
+        start += shape[axis]
+    return views
+
+
+def _concat_part_views(op: wave.ConcatOp, out: Loc) -> list[Loc]:
+    return _part_views([wave.shape_of(v) for v in op.operands], op.axis.value.data, out)
+
+
 def _concat_parts(lw: _Lowering, ins: list[Loc], axis: int, out: Loc) -> list[tuple]:
-    parts, start = [], 0
-    for loc in ins:
-        # each input is copied into its part of the output: a view of the output's buffer at its strides
-        dst = Loc(out.buffer, out.offset + start * out.strides[axis], (*out.shape[:axis], loc.shape[axis], *out.shape[axis + 1 :]),
-                  out.per_session, out.strides)
-        parts.append(lw.copy_part(loc, dst))
-        start += loc.shape[axis]
-    return parts
+    """The copies of each concat input into its part of ``out``; none for an input already there (a part of a
+    state's new value computed in place, `_Lowering.state_in_place`)."""
+    return [lw.copy_part(loc, dst) for loc, dst in zip(ins, _part_views([i.shape for i in ins], axis, out))
+            if loc.view is not None or as_block(dst) is None or (loc.buffer, loc.offset) != (dst.buffer, dst.offset)]
 
 
 def folds_into_copies(op: wave.ConcatOp, ins: list[Loc], lw: "_Lowering") -> bool:
     """A concat read only by model outputs and state writes is no phase: each of those copies the concat's
     inputs into its parts itself (Silero's new state [h, c], its output and its write-back: one phase and one
     handoff fewer before the beat ends; bench/RESULTS.md twenty-second run). Not when an input is (a view of)
-    a state: the state writes run one after another after the graph, and might write over it first."""
+    a state, the state writes running one after another after the graph, which might write over it first;
+    unless the input is a part of the new value computed in its state slot already (`_Lowering.state_in_place`)."""
     users = [use.operation for use in op.result.uses]
     return (bool(users) and all(isinstance(u, (wave.OutputOp, wave.StateWriteOp)) for u in users)
-            and all(lw.buffers[loc.buffer].arena.data != "state" for loc in ins))
+            and all(lw.buffers[loc.buffer].arena.data != "state" or _reshape_source(v) in lw.states_computed
+                    for v, loc in zip(op.operands, ins)))
+
+
+def _reshape_source(value: SSAValue) -> SSAValue:
+    """The value that ``value`` is, read back through reshapes (which keep its elements in order)."""
+    while isinstance(value.owner, wave.ReshapeOp):
+        value = value.owner.x
+    return value
+
+
+def _reshape_source_index(concat: wave.ConcatOp, value: SSAValue) -> int:
+    return next(i for i, v in enumerate(concat.operands) if _reshape_source(v) is value)
+
+
+def _users_through_reshapes(value: SSAValue) -> list[Operation]:
+    users = []
+    for use in value.uses:
+        user = use.operation
+        users += _users_through_reshapes(user.result) if isinstance(user, wave.ReshapeOp) else [user]
+    return users
+
+
+def _state_destination(value: SSAValue) -> tuple[wave.StateWriteOp, wave.ConcatOp | None] | None:
+    """The state write that stores ``value`` (read through reshapes): (the write, None) when it writes value
+    itself, (the write, the concat) when value is one input of a concat that only outputs and that one state
+    write read (Silero's [h, c]). None when value is stored by no state write, or in more than one place."""
+    found = []
+    for user in _users_through_reshapes(value):
+        if isinstance(user, wave.StateWriteOp):
+            found.append((user, None))
+        elif isinstance(user, wave.ConcatOp):
+            readers = _users_through_reshapes(user.result)
+            writes = [r for r in readers if isinstance(r, wave.StateWriteOp)]
+            if (len(writes) == 1 and writes[0].value is user.result
+                    and all(isinstance(r, wave.OutputOp) for r in readers if r is not writes[0])):
+                found.append((writes[0], user))
+            else:
+                return None
+    return found[0] if len(found) == 1 else None
+
+
+def _may_write_state_early(op: wave.EwiseOp, write: wave.StateWriteOp, dst: Loc, lw: _Lowering) -> bool:
+    """Whether ``op`` may store its result at ``dst``, in the slot of ``write``'s state, during the graph: every
+    reader of the state's old value but ``op`` is a compute op placed before it (outputs and state writes are
+    lowered after the graph, so they would read the new value), and ``op`` reads the old value only at
+    ``dst`` itself, in the result's shape (element for element: no tile reads what another writes)."""
+    old = lw.buffers[f"s.{write.sym}"]
+    state = next(o for o in write.parent_block().ops if isinstance(o, wave.StateOp) and o.sym == write.sym)
+    for reader in _buffer_readers(state.result):
+        if reader is not op and (isinstance(reader, (wave.OutputOp, wave.StateWriteOp))
+                                 or not reader.is_before_in_block(op)):
+            return False
+    for v in op.operands:
+        loc = lw.locs[v]
+        if _reshape_source(v) in lw.states_computed:  # a part of the new value, not the old
+            continue
+        if loc.buffer == old.buffer_name and (wave.shape_of(v) != wave.shape_of(op.result) or loc.view is not None
+                                              or loc.offset != dst.offset):
+            return False
+    return True
 
 
 def slice_view(op: wave.SliceOp, x: Loc) -> Loc:
@@ -876,7 +975,10 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         lw.copied_concats[op.result] = (ins, op.axis.value.data)
         return
     state = updates_state_in_place(op)
-    out = lw.loc(state, op) if state is not None else lw.output_in_place(op.result) or lw.act(op.result)
+    if state is not None:
+        out = lw.loc(state, op)
+    else:
+        out = lw.output_in_place(op.result) or lw.state_in_place(op) or lw.act(op.result)
     lw.locs[op.result] = out
     name = _source_name(op, index)
     if isinstance(op, wave.EwiseOp):
@@ -934,7 +1036,9 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         dst = lw.buffers[f"s.{op.sym}"]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
         if op.value in lw.copied_concats:
-            lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, lw.copy_parts(op.value, op, dst_loc)))
+            parts = lw.copy_parts(op.value, op, dst_loc)
+            if parts:  # none when every part was computed in its slot
+                lw.state_writes.append(lw.phase(f"state_write_{op.sym}", op.name, parts))
             return True
         src = lw.loc(op.value, op)
         if src == dst_loc:
@@ -984,6 +1088,10 @@ class WaveToWpk(ModulePass):
     concats_into_copies: bool = field(
         default=True, metadata={"help": "a concat that only outputs and state writes read is their copies (no phase)"}
     )
+    states_in_place: bool = field(
+        default=True, metadata={"help": "an elementwise op computing (a part of) a state's new value writes the "
+                                        "state's slot when the old value's readers come before it (no copy)"}
+    )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
@@ -995,7 +1103,7 @@ class WaveToWpk(ModulePass):
                 raise PassFailedException(f"wave-to-wpk: {option} must be >= {least}, got {value}")
         block = wave.graph_block(op)
         lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops, self.outputs_in_place,
-                       self.concats_into_copies)
+                       self.concats_into_copies, self.states_in_place)
         pairs = _paired_outputs(block)
         for node in list(block.ops):
             if isinstance(node, wave.EwiseOp) and len(node.inputs) > MAX_INPUTS:

@@ -26,7 +26,7 @@ def lit_case(function: str) -> str:
 
 def modeled_beat_us(insertion_max_sessions: int) -> float:
     module = Parser(make_context(), lit_case("reset_in_a_gap")).parse_module()
-    run_pipeline(module, "wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,"
+    run_pipeline(module, "wave-to-wpk{workers=2 min-tile-flops=1 min-tile-elems=1 states-in-place=false},wpk-arena,"
                          f"wpk-schedule{{workers=2 handoff-us=5.0 insertion-max-sessions={insertion_max_sessions}}}")
     return module.attributes["wpk.beat_us"].value.data
 

@@ -273,6 +273,28 @@ def test_dropped_state_update_task():
     rejects(bad, "task 4 ", "read a mix of two producers", "tensor 'h', session 2", "the previous beat's state")
 
 
+def test_state_parts_computed_in_place_by_two_phases():
+    """A state's new value computed in place in two parts (wave-to-wpk's states-in-place: Silero's h and c),
+    each by a phase of its own after the reset: every byte ends with one final phase's value, so it verifies;
+    a missing tile of one part leaves the reset's value there, and is rejected."""
+    pb = ProfileBuilder(sessions=2, workers=2)
+    reset = pb.reset_flags()
+    h, h0 = pb.state("h", np.zeros(8, np.float32))
+    x = pb.input("x", (8,))
+    r, p, q = pb.counter(), pb.counter(), pb.counter()
+    sel = ewise("select(%0, %1, %2)", (8,), [(0,), (1,), (1,)])
+    for s in range(2):
+        pb.task(sel, [reset, h0, h], h, worker=s, sessions=(s, s + 1), signal=r)  # tasks 0, 1
+    for expr, at, counter in (("tanh(%0)", 0, p), ("exp(%0)", 4, q)):  # tasks 2, 3 and 4, 5
+        part = ewise(expr, (4,), [(1,)])
+        for s in range(2):
+            pb.task(part, [x.at(at)], h.at(at), worker=s, sessions=(s, s + 1), waits=[(r, 2)], signal=counter)
+    prof = pb.build()
+    verify_profile(prof)
+    bad, _ = mut.drop_task(prof, row=row_of(prof, 5))  # the second part of session 1
+    rejects(bad, "state 'h' ends the beat with values from two phases", "session 1")
+
+
 def test_state_final_value_from_one_phase():
     """A state reset in place at the start of the beat (as the compiler does) and updated at the end: a
     missing update tile leaves the reset's value as the final one for that slot."""

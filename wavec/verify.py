@@ -30,7 +30,8 @@ the arena, the byte range, the kind of conflict and what to do):
    written this beat counts as one source: the previous beat's value). Two sources mean an offset puts
    one tensor where another is read, or a producer tile is missing.
 6. coverage: every byte of every output and of every state slot is written each beat.
-7. final values: every byte of a state (all slots) or an output ends the beat with one phase's value.
+7. final values: every byte of a state (all slots) or an output ends the beat with the value of a phase whose
+   every write there is final (one write-back phase, or the in-place parts of the new value).
 Beats are separated by a full barrier (counter 0), so state carried from beat b to b + 1 and the two
 halves of the double-buffered input and output need no further ordering.
 
@@ -584,7 +585,7 @@ class _Verifier:
         acc_task = np.array([a.row for a in accesses], np.int64)
         acc_write = np.array([a.write for a in accesses], bool)
         acc_op = np.array([a.operand for a in accesses], np.int64)
-        self.acc_op = acc_op
+        self.acc_op, self.acc_task, self.acc_write = acc_op, acc_task, acc_write
         self.in_place_ok = np.array([self.same_view_as_output(a) for a in accesses], bool)
         total_intervals = total_incidences = 0
         scans = []
@@ -805,7 +806,12 @@ class _Verifier:
 
     # ---- 7. final writers ----------------------------------------------------------------------
     def final_values(self) -> None:
-        """Every byte of a state (all slots) or an output ends the beat with a value of one phase."""
+        """Every byte of a state (all slots) or an output ends the beat with the value of a phase that is the
+        last writer of all it writes there: one phase (a state's write-back), or several, each computing its
+        part of the new value in place (wave-to-wpk's states-in-place: Silero's h and c). A phase overwritten
+        in some of its bytes and not in others (the state's reset where a tile of the update is missing)
+        leaves a gap in the final write."""
+        self.acc_phase = self.phase[self.acc_task]
         for arena, key, what in ((Arena.STATE, "states", "state"), (Arena.OUTPUT, "outputs", "output")):
             if arena not in self.final_writers:
                 continue
@@ -818,27 +824,36 @@ class _Verifier:
                 lo = np.searchsorted(g.points, start, side="right") - 1
                 hi = np.searchsorted(g.points, start + nbytes // 4, side="left")
                 cnt = np.maximum(hi - lo, 0)
-                which = np.repeat(np.arange(self.sessions), cnt)
                 seg = np.repeat(lo, cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-                ok = (seg >= 0) & (seg < len(g.group_of_seg))
-                seg, which = seg[ok], which[ok]
-                grp = g.group_of_seg[seg]
-                ok = grp >= 0
-                seg, which, grp = seg[ok], which[ok], grp[ok]
-                w = final[grp]
-                seg, which, w = seg[w >= 0], which[w >= 0], w[w >= 0]
-                if len(w) == 0:
-                    continue
-                ph = self.phase[w]
-                if (ph == ph[0]).all():
-                    continue
-                j = int(np.flatnonzero(ph != ph[0])[0])
-                raise VerificationError(
-                    f"{what} {spec['name']!r} ends the beat with values from two phases: session {int(which[0])} "
-                    f"{self.where(arena, *g.byte_range(int(seg[0])))} last written by {self.name(int(w[0]))}, but "
-                    f"session {int(which[j])} {self.where(arena, *g.byte_range(int(seg[j])))} by {self.name(int(w[j]))}: "
-                    f"a task of the {what}'s final write is missing or its tile bounds leave a gap"
-                )
+                seg = seg[(seg >= 0) & (seg < len(g.group_of_seg))]
+                grp = np.unique(g.group_of_seg[seg])
+                grp = grp[grp >= 0]
+                grp = grp[final[grp] >= 0]
+                if len(grp):
+                    self.check_final_writers(arena, g, final, grp, what, spec["name"])
+
+    def check_final_writers(self, arena: int, g, final: np.ndarray, groups: np.ndarray, what: str, name: str) -> None:
+        """The writes of the final phases over ``groups`` (a tensor's segments) must each be final."""
+        final_phase = self.phase[final[groups]]
+        if (final_phase == final_phase[0]).all():
+            return
+        lo, hi = np.searchsorted(g.member_group, groups), np.searchsorted(g.member_group, groups + 1)
+        member = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+        acc = g.member_acc[member]
+        writer_phase = self.acc_phase[acc]
+        of_group = np.repeat(final_phase, hi - lo)
+        bad = np.flatnonzero(self.acc_write[acc] & np.isin(writer_phase, final_phase) & (writer_phase != of_group))
+        if len(bad):
+            i = int(bad[0])
+            over = int(np.repeat(groups, hi - lo)[i])
+            kept = int(groups[np.flatnonzero(final_phase == writer_phase[i])[0]])
+            raise VerificationError(
+                f"{what} {name!r} ends the beat with values from two phases: "
+                f"{self.where(arena, *g.byte_range(int(g.rep[kept])))} keeps the value of {self.name(int(final[kept]))}, "
+                f"but {self.where(arena, *g.byte_range(int(g.rep[over])))}, which its phase also wrote, was written "
+                f"again by {self.name(int(final[over]))}: a task of the {what}'s final write is missing or its tile "
+                "bounds leave a gap"
+            )
 
     # ---- 6. coverage ---------------------------------------------------------------------------
     def coverage(self, accesses: list[Access]) -> None:

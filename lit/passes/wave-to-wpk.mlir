@@ -1,7 +1,8 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4}' --verify-diagnostics | filecheck %s
 
-// A state is reset (select on the session's flag) before the graph, written back after it; the
-// output is copied into the output arena. Two sessions on four workers: the matmul reads a weight shared
+// A state is reset (select on the session's flag) before the graph; its new value is computed in the
+// state's own slot (the ewise reads the old h element for element, and nothing else reads it), so there is
+// no write-back copy; the output is copied into the output arena. Two sessions on four workers: the matmul reads a weight shared
 // by the cohort, so its tiles keep both sessions and split the 512 columns in four (each weight slice is
 // read once for the cohort); the copies, at no arithmetic per element, stay one tile per session.
 builtin.module attributes {wave.cohort = 2 : i64} {
@@ -26,8 +27,10 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "matmul_3" attributes {op = "wave.matmul"} {
 // CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["in.x", "w.w"], {{.*}}sessions = array<i64: 0, 2, 0, 2, 0, 2, 0, 2>, elems = array<i64: 0, 128, 128, 256, 256, 384, 384, 512>}
 // CHECK:       wpk.phase "ewise_4"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["t{{[0-9]+}}", "s.h"], {{.*}}output = "s.h", output_offset = 0
 // CHECK:       wpk.phase "output_y" attributes {op = "wave.output"}
-// CHECK:       wpk.phase "state_write_h" attributes {op = "wave.state_write"}
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.h"]
+// CHECK-NOT:   wpk.phase
 // CHECK-NOT:   func.func
 
 // -----
@@ -274,7 +277,9 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // -----
 
 // The first version is also an output, and outputs are copied after the graph: the second write may not
-// write over it, so neither select writes the state in place, and the state write copies.
+// write over it, so neither select updates the state in place (storing only its row). The second still
+// computes the whole new cache in the state's slot (states-in-place: it reads the first version, and the
+// old cache's only reader comes before it), so there is no write-back copy.
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @ring_version_output() {
     %c = wave.state "cache" {cohort_axis = 0 : i64} : tensor<2x4x8xf32>
@@ -292,8 +297,8 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "ewise_4"
 // CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "t{{[0-9]+}}"
 // CHECK:       wpk.phase "ewise_5"
-// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "t{{[0-9]+}}"
-// CHECK:       wpk.phase "state_write_cache"
+// CHECK-NEXT:    wpk.tasks "ewise" {{.*}}output = "s.cache"
+// CHECK-NOT:   wpk.phase "state_write_cache"
 
 // -----
 
@@ -471,3 +476,65 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[C]]"], input_offsets = array<i64: 0>, output = "s.s", output_offset = 4 : i64
 // CHECK:       wpk.phase "state_write_t"
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["t{{[0-9]+}}"], input_offsets = array<i64: 0>, output = "s.t", output_offset = 0 : i64
+
+// -----
+
+// States in place: each part of a state's new value is computed in the state's slot when every other
+// reader of the old value comes before it and it reads the old value only where it writes. Silero's LSTM:
+// the matmul reads the old h first; c reads the old c element for element; h reads the new c. Both land in
+// "s" itself, so there is no write-back phase; the output copies the new value from the state.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @lstm_state_in_place() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x4xf32>
+    %s = wave.state "s" {cohort_axis = 0 : i64} : tensor<2x2x4xf32>
+    %w = wave.weight "w" : tensor<4x4xf32>
+    %h0 = wave.slice %s {starts = array<i64: 0, 0, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x2x4xf32>) -> tensor<2x1x4xf32>
+    %c0 = wave.slice %s {starts = array<i64: 0, 1, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x2x4xf32>) -> tensor<2x1x4xf32>
+    %g = wave.matmul %h0, %w epilogue "add(%0, %1)"(%x) : (tensor<2x1x4xf32>, tensor<4x4xf32>, tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %c = wave.ewise "add(mul(sigmoid(%0), %1), %0)"(%g, %c0) : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%g, %c) : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %hc = wave.concat %h, %c {axis = 1 : i64} : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x2x4xf32>
+    wave.output "sN", %hc {cohort_axis = 0 : i64} : tensor<2x2x4xf32>
+    wave.state_write "s", %hc : tensor<2x2x4xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "matmul_5"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["s.s", "w.w", "in.x"], input_offsets = array<i64: 0, 0, 0>
+// CHECK:       wpk.phase "ewise_6"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[G:t[0-9]+]]", "s.s"], input_offsets = array<i64: 0, 4>, output = "s.s", output_offset = 4 : i64
+// CHECK:       wpk.phase "ewise_7"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[G]]", "s.s"], input_offsets = array<i64: 0, 4>, output = "s.s", output_offset = 0 : i64
+// CHECK:       wpk.phase "output_sN"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.s"], input_offsets = array<i64: 0>, output = "out.sN", output_offset = 0 : i64
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.s"], input_offsets = array<i64: 4>, output = "out.sN", output_offset = 4 : i64
+// CHECK-NOT:   wpk.phase
+// CHECK:       // -----
+
+// -----
+
+// Refused: the old h is read again after the new h would overwrite it (the matmul comes last), and the new
+// c reads the old c reversed, other elements than those it writes. Both are computed elsewhere and copied.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @state_in_place_refused() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x4xf32>
+    %s = wave.state "s" {cohort_axis = 0 : i64} : tensor<2x2x4xf32>
+    %w = wave.weight "w" : tensor<4x4xf32>
+    %h0 = wave.slice %s {starts = array<i64: 0, 0, 0>, steps = array<i64: 1, 1, 1>} : (tensor<2x2x4xf32>) -> tensor<2x1x4xf32>
+    %r0 = wave.slice %s {starts = array<i64: 0, 1, 3>, steps = array<i64: 1, 1, -1>} : (tensor<2x2x4xf32>) -> tensor<2x1x4xf32>
+    %c = wave.ewise "tanh(add(%0, %1))"(%x, %r0) : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %h = wave.ewise "exp(%0)"(%x) : (tensor<2x1x4xf32>) -> tensor<2x1x4xf32>
+    %g = wave.matmul %h0, %w : (tensor<2x1x4xf32>, tensor<4x4xf32>) -> tensor<2x1x4xf32>
+    %hc = wave.concat %h, %c {axis = 1 : i64} : (tensor<2x1x4xf32>, tensor<2x1x4xf32>) -> tensor<2x2x4xf32>
+    wave.output "g", %g {cohort_axis = 0 : i64} : tensor<2x1x4xf32>
+    wave.state_write "s", %hc : tensor<2x2x4xf32>
+    func.return
+  }
+}
+// CHECK-LABEL: wpk.phase "ewise_5"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x", "s.s"], {{.*}}output = "[[C:t[0-9]+]]"
+// CHECK:       wpk.phase "ewise_6"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], {{.*}}output = "[[H:t[0-9]+]]"
+// CHECK:       wpk.phase "state_write_s"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H]]"], {{.*}}output = "s.s", output_offset = 0 : i64
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[C]]"], {{.*}}output = "s.s", output_offset = 4 : i64

@@ -1,7 +1,7 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=1},wpk-arena,wpk-schedule{workers=1},wpk-payload,wpk-verify' --verify-diagnostics | filecheck %s
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=1},wpk-arena{granularity=op},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=1},wpk-arena{max-tile-words=255},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=1},wpk-arena{max-dedicated-bytes=4096},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=DEDICATED
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=1},wpk-arena,wpk-schedule{workers=1},wpk-payload,wpk-verify' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=1},wpk-arena{granularity=op},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=1},wpk-arena{max-tile-words=255},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=OP
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=1},wpk-arena{max-dedicated-bytes=4096},wpk-schedule{workers=1}' --verify-diagnostics | filecheck %s --check-prefix=DEDICATED
 
 // A chain a -> b -> c -> d: `a` is dead once `b` is computed, so `c` reuses its bytes; the activation
 // arena peaks at two live buffers (the lower bound), not four. Within max-dedicated-bytes (the cohort's

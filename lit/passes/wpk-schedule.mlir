@@ -1,12 +1,12 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=4},wpk-arena,wpk-schedule{workers=4},wpk-payload,wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s --check-prefix=RESCHEDULE
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0}' --verify-diagnostics | filecheck %s --check-prefix=APPEND
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 insertion-max-sessions=1}' --verify-diagnostics | filecheck %s --check-prefix=INSERT
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-fits.timeline.json"}' --verify-diagnostics | filecheck %s --check-prefix=MEASURED-FITS
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-too-long.timeline.json"}' --verify-diagnostics | filecheck %s --check-prefix=MEASURED-LONG
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-8-sessions.timeline.json"}' --verify-diagnostics 2>&1 | filecheck %s --check-prefix=MEASURED-OTHER
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=4},wpk-schedule{workers=4}' --verify-diagnostics | filecheck %s --check-prefix=NOARENA
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=4 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=4 max-tile-words=1}' --verify-diagnostics | filecheck %s --check-prefix=AUTO
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=4},wpk-arena,wpk-schedule{workers=4},wpk-payload,wpk-schedule{workers=2}' --verify-diagnostics | filecheck %s --check-prefix=RESCHEDULE
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0}' --verify-diagnostics | filecheck %s --check-prefix=APPEND
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 insertion-max-sessions=1}' --verify-diagnostics | filecheck %s --check-prefix=INSERT
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-fits.timeline.json"}' --verify-diagnostics | filecheck %s --check-prefix=MEASURED-FITS
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-too-long.timeline.json"}' --verify-diagnostics | filecheck %s --check-prefix=MEASURED-LONG
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2 min-tile-flops=1 min-tile-elems=1},wpk-arena,wpk-schedule{workers=2 handoff-us=5.0 task-costs="%S/Inputs/reset-in-a-gap-8-sessions.timeline.json"}' --verify-diagnostics 2>&1 | filecheck %s --check-prefix=MEASURED-OTHER
 
 // Every session range of a phase is a group with a counter of its own (counter 0 ends the beat). Each
 // session's copy reads only that session's relu tile and runs right after it on the same worker: the
@@ -70,7 +70,7 @@ builtin.module {
 // before it, a grid-wide barrier per op (GPU measurements compare it with the tile-level default). Here
 // each copy waits on the relu phase's one counter (both tiles: count 2), though it reads only its own
 // session's tile, which the tile-level schedule (first case) waits for alone.
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2},wpk-arena,wpk-schedule{workers=2 granularity=phase}' --verify-diagnostics | filecheck %s --check-prefix=PHASE
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2},wpk-arena,wpk-schedule{workers=2 granularity=phase}' --verify-diagnostics | filecheck %s --check-prefix=PHASE
 builtin.module attributes {wave.cohort = 2 : i64} {
   func.func @barrier_baseline() {
     %x = wave.input "x" : tensor<2x8xf32>

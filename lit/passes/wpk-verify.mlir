@@ -1,7 +1,7 @@
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify' | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify' | filecheck %s
 // RUN: wavec-opt %S/Inputs/wpk-verify-race.mlir -p wpk-verify --verify-diagnostics | filecheck %s --check-prefix=RACE
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify{max-incidences=1}' 2>&1 | filecheck %s --check-prefix=BUDGET
-// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false workers=2},wpk-verify' --verify-diagnostics | filecheck %s --check-prefix=UNSCHEDULED
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2},wpk-arena,wpk-schedule{workers=2},wpk-payload,wpk-verify{max-incidences=1}' 2>&1 | filecheck %s --check-prefix=BUDGET
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{outputs-in-place=false states-in-place=false workers=2},wpk-verify' --verify-diagnostics | filecheck %s --check-prefix=UNSCHEDULED
 
 // The pipeline's own schedule verifies: the pass leaves the program unchanged.
 builtin.module attributes {wave.cohort = 2 : i64} {
