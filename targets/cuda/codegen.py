@@ -2778,13 +2778,14 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
     if (threadIdx.x == 0) {
       int r;
       if (blockIdx.x == 0) {
-        r = spin_until<true>(const_cast<const unsigned*>(&host_flags[kHostInputEpoch]), beat + 1, host_flags,
-                             &counters[kStopMirror],
-                             out_epoch, false, ~0u, ~0u, beat);
+        // The previous beat's end first: it is done long before the host publishes the next inputs (the host
+        // waits for its outputs), so the epoch's arrival is followed by the mirror's store, not by an L2 round
+        // trip to the beat-done counter as well.
+        r = spin_until<false>(&counters[kBeatDoneCounter], kWorkers * beat, host_flags, &counters[kStopMirror],
+                              out_epoch, true, ~0u, kBeatDoneCounter, beat);
         if (r == kReached)
-          r = spin_until<false>(&counters[kBeatDoneCounter], kWorkers * beat, host_flags, &counters[kStopMirror],
-                                out_epoch, true, ~0u,
-                                kBeatDoneCounter, beat);
+          r = spin_until<true>(const_cast<const unsigned*>(&host_flags[kHostInputEpoch]), beat + 1, host_flags,
+                               &counters[kStopMirror], out_epoch, false, ~0u, ~0u, beat);
         if (r == kReached) {
           st_release_gpu(&counters[kEpochMirror], beat + 1);
         } else {
@@ -2861,12 +2862,11 @@ $kernel_name(const Payload* __restrict__ payloads, const int2* __restrict__ work
     // ---- Beat end: the last block to finish publishes the output epoch to the host ---------------
     __syncthreads();  // the block's shared control words are rewritten at the next beat's start
     if (threadIdx.x == 0) {
-      __threadfence();
+      // No fences: the atomic's release orders the block's writes, which the barrier above ordered before it
+      // (as a task's release does), and the epoch's system-scope release those of every block, whose
+      // releases the atomic acquired.
       const unsigned prev = atom_add_acq_rel_gpu(&counters[kBeatDoneCounter], 1u);
-      if (prev == kWorkers * (beat + 1) - 1) {
-        __threadfence_system();
-        st_release_sys(&out_epoch[kOutEpoch], beat + 1);
-      }
+      if (prev == kWorkers * (beat + 1) - 1) st_release_sys(&out_epoch[kOutEpoch], beat + 1);
       ++shared_beat;  // every thread is past its reads of this beat's number (the barrier above)
     }
   }
