@@ -53,12 +53,11 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 from xdsl.ir import Operation, SSAValue
-from xdsl.rewriter import InsertPoint
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave
-from wavec.opcodes import GEMM_COLS, MAX_INPUTS, Expr, kept_input, parse_expr
+from wavec.opcodes import MAX_INPUTS, Expr, kept_input, parse_expr
 
 
 def _fused_operands(user: wave.EwiseOp, index: int, inputs) -> list:
@@ -160,7 +159,7 @@ class RecomputeElementwiseProducer(_Fusion):
         self.max_bytes = max_bytes
         self.order = order
 
-    def may_recompute(self, producer: wave.EwiseOp, others: list[SSAValue]) -> bool:
+    def _may_recompute(self, producer: wave.EwiseOp, others: list[SSAValue]) -> bool:
         return (0 < self.max_bytes and _bytes_per_session(set(producer.inputs)) <= self.max_bytes
                 and not any(_depends_on(v, producer, self.order) for v in others)
                 and kept_input(parse_expr(producer.expr.data)) < 0
@@ -174,7 +173,7 @@ class RecomputeElementwiseProducer(_Fusion):
                 continue  # FuseElementwiseProducer's
             shared = not all(v.has_one_use() for v in [producer.result, *(r.result for r in reshapes)])
             others = [v for i, v in enumerate(user.inputs) if i != index]
-            if shared and not self.may_recompute(producer, others):
+            if shared and not self._may_recompute(producer, others):
                 continue
             shape = wave.shape_of(operand)
             if reshapes and any(wave.shape_of(v) != wave.shape_of(producer.result) for v in producer.inputs):
@@ -249,61 +248,41 @@ class FuseEpilogue(_Fusion):
             return
 
 
-def _prologue_base(inputs: list[SSAValue], a_shape: tuple[int, ...], narrow: bool) -> SSAValue | None:
-    """The producer input that becomes the matmul's new ``a`` (%0 of the prologue): the one input that varies
-    along both the rows and k of ``a`` (the norm's x or x - mean), or, when every input is a legal prologue
-    input (a single row), the first of a's exact shape. With a ``narrow`` b (at most GEMM_COLS columns, so
-    each element of a is loaded once or in one column tile) the prologue's extras may vary along both too,
-    each of a's exact shape: the first such input is then the base. None when no input qualifies, or when
-    two do and b is not narrow."""
-    full = [v for v in inputs if wave.shape_of(v) == a_shape]
-    both = [v for v in inputs if wave.prologue_axis(wave.shape_of(v), a_shape) is None]
-    if (len(set(both)) > 1 and not narrow) or not set(full) >= set(both):
+def _prologue_base(producer: wave.EwiseOp, a_shape: tuple[int, ...]) -> SSAValue | None:
+    """The input of `producer` that becomes the matmul's new ``a`` (%0 of the prologue): the one input that
+    varies along both the rows and k of ``a`` (the norm's x or x - mean), or, when every input is a legal
+    prologue input (a single row), the first of a's exact shape. None when no input or two qualify."""
+    full = [v for v in producer.inputs if wave.shape_of(v) == a_shape]
+    both = {v for v in producer.inputs if wave.prologue_axis(wave.shape_of(v), a_shape) is None}
+    if len(both) > 1 or (both and not set(full) >= both):
         return None
     if both:
-        return both[0]
+        return next(iter(both))
     return full[0] if full else None
 
 
 class FusePrologue(_Fusion):
-    """Folds the elementwise producer of a matmul's ``a`` (a norm's final normalizing step), read directly or
-    through reshapes, into the matmul as its prologue: ``a' = prologue(a, extras...)``, each extra per row of
-    a or per k (or, for a narrow b, of a's shape). A producer that other ops read too is folded only with
-    ``may_recompute`` (recomputation's test, `RecomputeElementwiseProducer`): it stays for them, and the
-    matmul computes the value again as it loads a. Silero's decoder, a 1 x 1 conv of relu(h) lowered as a
-    matmul of one column, reads the LSTM's o and c itself."""
-
-    def __init__(self, max_inputs: int, saved: list[int], may_recompute=None):
-        super().__init__(max_inputs, saved)
-        self.may_recompute = may_recompute
+    """Folds the single-use elementwise producer of a matmul's ``a`` (a norm's final normalizing step) into
+    the matmul as its prologue: ``a' = prologue(a, extras...)``, each extra per row of a or per k."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, mm: wave.MatmulOp, rewriter: PatternRewriter) -> None:
-        producer, reshapes = _through_reshapes(mm.a)
-        if producer is None or wave.weight_source(mm.b) is None:
-            return
-        shared = not all(v.has_one_use() for v in [producer.result, *(r.result for r in reshapes)])
-        if shared and (self.may_recompute is None or not self.may_recompute(producer, [])):
+        producer = mm.a.owner
+        if not isinstance(producer, wave.EwiseOp) or not mm.a.has_one_use() or wave.weight_source(mm.b) is None:
             return
         a_shape = wave.shape_of(mm.a)
-        if reshapes and any(wave.shape_of(v) != wave.shape_of(producer.result) for v in producer.inputs):
-            return
-        fresh = list(dict.fromkeys(producer.inputs))
-        views = [wave.ReshapeOp(v, a_shape) for v in fresh] if reshapes else []
-        value_of = {v: view.result for v, view in zip(fresh, views)} if reshapes else {v: v for v in fresh}
-        inputs = [value_of[v] for v in producer.inputs]
-        base = _prologue_base(inputs, a_shape, wave.shape_of(mm.b)[-1] <= GEMM_COLS)
+        base = _prologue_base(producer, a_shape)
         if base is None:
             return
         extras = list(mm.prologue_inputs)
-        for v in inputs:
+        for v in producer.inputs:
             if v is not base and v not in extras:
                 extras.append(v)
         if 2 + len(extras) + len(mm.epilogue_inputs) > self.max_inputs:
             return
         # The producer's expression over (base = %0, extras = %1..); an existing prologue reads it as its %0.
-        slot = {v: Expr("input", 0 if v is base else 1 + extras.index(v)) for v in inputs}
-        inner = parse_expr(producer.expr.data).substitute({i: slot[v] for i, v in enumerate(inputs)})
+        slot = {v: Expr("input", 0 if v is base else 1 + extras.index(v)) for v in producer.inputs}
+        inner = parse_expr(producer.expr.data).substitute({i: slot[v] for i, v in enumerate(producer.inputs)})
         expr = inner
         if mm.prologue is not None:
             keep = {j + 1: Expr("input", j + 1) for j in range(len(mm.prologue_inputs))}
@@ -311,17 +290,9 @@ class FusePrologue(_Fusion):
         fused = wave.MatmulOp(base, mm.b, wave.shape_of(mm.result), _text(mm.epilogue), list(mm.epilogue_inputs),
                               str(expr), extras)
         fused.attributes.update(mm.attributes)
-        rewriter.insert(views, InsertPoint.before(mm))  # the matmul's result keeps its name
+        self.saved.append(intermediate_bytes(producer.result))
         rewriter.replace(mm, fused)
-        for r in reshapes:  # the reshapes only this matmul read
-            if r.result.uses:
-                break
-            rewriter.erase(r)
-        if producer.result.uses:
-            self.saved.append(_bytes_per_session([mm.a]) - _bytes_per_session(fresh))
-        else:
-            self.saved.append(intermediate_bytes(producer.result))
-            rewriter.erase(producer)
+        rewriter.erase(producer)
 
 
 SAVED_ATTR = "wave.fused_bytes_per_session"
@@ -364,10 +335,7 @@ class WaveFuse(ModulePass):
                              apply_recursively=True).rewrite_module(op)
         order = {node: i for i, node in enumerate(op.walk())}
         recompute = RecomputeElementwiseProducer(self.max_inputs, saved, self.recompute_max_bytes, order)
-        recomputing = [recompute, *fusions[:2]]
-        if self.prologues:
-            recomputing.append(FusePrologue(self.max_inputs, saved, recompute.may_recompute))
-        PatternRewriteWalker(GreedyRewritePatternApplier(recomputing, dce_enabled=False),
+        PatternRewriteWalker(GreedyRewritePatternApplier([recompute, *fusions], dce_enabled=False),
                              apply_recursively=True).rewrite_module(op)
         per_session = sum(saved) // (wave.cohort_size(op) or 1)
         previous = op.attributes.get(SAVED_ATTR)

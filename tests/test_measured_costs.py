@@ -206,7 +206,7 @@ def test_the_report_says_the_schedule_charged_measured_costs(silero_8, tmp_path,
                        "input=576", "--state", "state=stateN", "--task-costs", str(path), "-o", str(out)]) == 0
     assert wavec_main(["report", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "charged costs: the measured bodies of 14 phases" in text and "plus 0.4 us between a worker's tasks" in text
+    assert "charged costs: the measured bodies of 15 phases" in text and "plus 0.4 us between a worker's tasks" in text
 
 
 def test_at_phase_granularity_measured_costs_change_only_the_modeled_figures(silero_8):

@@ -355,23 +355,3 @@ def test_an_op_along_other_axes_is_imported():
     node = helper.make_node("ReduceSum", ["x", "ax1"], ["y"], keepdims=1)
     graph = import_onnx(_batch_model(node, [_i64("ax1", [1])], ("N", 1)))
     graph.module.verify()
-
-
-@pytest.mark.parametrize("c_out, spatial, bias", [(1, [1], True), (3, [1], False), (3, [1, 1], True), (3, [4], True)])
-def test_a_pointwise_conv_at_one_position_is_a_matmul(c_out, spatial, bias):
-    """A 1 x 1 Conv of a constant weight over one position (Silero's decoder) is imported as a matmul against
-    the transposed weight, which wave-fuse can give a prologue; over more positions it stays a conv. Both
-    match onnxruntime on random inputs (float32: 1e-5)."""
-    rng = np.random.default_rng(5)
-    c_in = 6
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c_in, *spatial])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    inits = [numpy_helper_from(rng.uniform(-1, 1, (c_out, c_in, *[1] * len(spatial))), "w", np.float32)]
-    if bias:
-        inits.append(numpy_helper_from(rng.uniform(-1, 1, (c_out,)), "b", np.float32))
-    node = helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["y"])
-    feeds = {"x": rng.standard_normal((2, c_in, *spatial)).astype(np.float32)}
-    graph = _compare_with_reference(_model([node], [x], [y], opset=13, initializers=inits), feeds, rtol=1e-5, atol=1e-5)
-    kinds = {op.name for op in _ops(graph)}
-    one_position = spatial == [1] * len(spatial)
-    assert ("wave.matmul" in kinds, "wave.conv" in kinds) == (one_position, not one_position), kinds

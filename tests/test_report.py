@@ -59,9 +59,8 @@ def test_fusion_saving_is_what_the_unfused_program_moves_more(silero):
 
 def test_measured_task_costs_keep_short_tasks_off_a_busy_worker():
     """wpk-schedule charges each task its opcode's measured fixed cost (the target's measured.task_us). At
-    one Silero session the decoder's MATMUL (a 1 x 1 conv, its relu(h) as prologue) then takes microseconds, so
-    the new state's output copy (ready with it) goes to other workers instead of queuing behind it, as it did at
-    a flat 0.3 us."""
+    one Silero session the decoder's CONV then takes microseconds, so the new state's output copy (ready before
+    it) goes to other workers instead of queuing behind it, as it did at a flat 0.3 us."""
     from wavec.analysis.timeline import phase_of_rows
 
     def worker_of(profile, phase_name):
@@ -73,9 +72,9 @@ def test_measured_task_costs_keep_short_tasks_off_a_busy_worker():
     measured = wavec.compile(silero_vad_path(), **kw)
     flat = wavec.compile(silero_vad_path(), pipeline=default_pipeline(1, 132).replace(
         "wpk-schedule{", "wpk-schedule{task-overhead-us=0.3 "), **kw)
-    decoder = [p["name"] for p in measured.meta["phases"] if p["op"] == "wave.matmul"][-1]
+    decoder = [p["name"] for p in measured.meta["phases"] if p["op"] == "wave.conv"][-1]
     assert worker_of(measured, "output_stateN").isdisjoint(worker_of(measured, decoder))
-    assert worker_of(flat, "output_stateN") & worker_of(flat, decoder)  # queued behind the MATMUL
+    assert worker_of(flat, "output_stateN") & worker_of(flat, decoder)  # queued behind the CONV
 
 
 @pytest.mark.parametrize("hw, pipeline_option", [("h100", ""), ("h200", "task-overhead-us=0.3 handoff-us=2.0 ")],

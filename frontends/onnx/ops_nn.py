@@ -97,32 +97,7 @@ def lower_conv(ctx: LowerCtx, inputs: list[Value | None]) -> list[Value]:
                 f"spatial axis {i} of the input is {in_sp[i]} ({padded} padded), shorter than the dilated kernel ({span})",
                 "Give a longer frame (--frame NAME=LEN) so every window fits",
             )
-    if _is_pointwise_at_one_position(x, w, strides, pads, int(ctx.attr("group", 1))):
-        return [_pointwise_conv_as_matmul(ctx, x, w, bias)]
     return [ctx.b.conv(x, w, bias, strides, pads, dilations, int(ctx.attr("group", 1)))]
-
-
-def _is_pointwise_at_one_position(x: Value, w: Value, strides, pads, group: int) -> bool:
-    """A Conv of a constant weight with 1-wide kernels, no padding and one input position (every spatial size
-    1): out[..., o] = sum_c w[o, c] x[..., c], a matmul."""
-    sw = shape(w)
-    nsp = len(sw) - 2
-    return (isinstance(w, Static) and group == 1 and all(k == 1 for k in sw[2:]) and set(strides) == {1}
-            and not any(pads) and all(d == 1 for d in shape(x)[-nsp:]))
-
-
-def _pointwise_conv_as_matmul(ctx: LowerCtx, x: Value, w: Value, bias: Value | None) -> Value:
-    """The pointwise Conv as x [..., 1, C] @ w^T [C, O] (+ bias), reshaped back to [..., O, 1...]. A matmul,
-    unlike a conv, takes its input's elementwise producer as a prologue (wave-fuse): Silero's decoder, a
-    1 x 1 conv of relu(h), then reads the LSTM's o and c itself, one phase fewer before the beat's end
-    (bench/RESULTS.md twenty-third run)."""
-    sx, sw = shape(x), shape(w)
-    nsp = len(sw) - 2
-    a = ctx.b.reshape(x, (*sx[: -nsp - 1], 1, sx[-nsp - 1]))
-    y = ctx.b.matmul(a, ctx.b.transpose(ctx.b.reshape(w, sw[:2]), [1, 0]))
-    if bias is not None:
-        y = ctx.b.ewise("add(%0, %1)", [y, bias], shape(y))
-    return ctx.b.reshape(y, (*sx[: -nsp - 1], sw[0], *[1] * nsp))
 
 
 @lowering("BatchNormalization")

@@ -221,10 +221,8 @@ func.func @fuse_layer_norm_prologue() {
 
 // -----
 
-// The normalized tensor is also an output: it must be stored. Its inputs are small (recompute-max-bytes),
-// so the matmul computes it again in its prologue instead of waiting for it; with recomputation off the
-// matmul reads the stored tensor and has no prologue.
-func.func @prologue_recomputes_a_normalized_tensor_with_a_second_use() {
+// The normalized tensor is also an output: it must be stored, so the matmul reads it and has no prologue.
+func.func @no_prologue_when_normalized_tensor_has_second_use() {
   %x = wave.input "x" : tensor<4x8xf32>
   %w = wave.weight "w" : tensor<8x5xf32>
   %r = wave.input "r" : tensor<4x1xf32>
@@ -235,12 +233,9 @@ func.func @prologue_recomputes_a_normalized_tensor_with_a_second_use() {
   wave.output "y", %y : tensor<4x5xf32>
   func.return
 }
-// CHECK-LABEL: func.func @prologue_recomputes_a_normalized_tensor_with_a_second_use
+// CHECK-LABEL: func.func @no_prologue_when_normalized_tensor_has_second_use
 // CHECK:         %n = wave.ewise "mul(mul(%0, %1), %2)"(%x, %r, %g)
-// CHECK-NEXT:    %y = wave.matmul %x, %w prologue "mul(mul(%0, %1), %2)"(%r, %g)
-// NOCOMPUTE-LABEL: func.func @prologue_recomputes_a_normalized_tensor_with_a_second_use
-// NOCOMPUTE:       %n = wave.ewise "mul(mul(%0, %1), %2)"(%x, %r, %g)
-// NOCOMPUTE-NEXT:  %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+// CHECK-NEXT:    %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
 
 // -----
 
@@ -283,48 +278,3 @@ func.func @no_prologue_when_slots_exceed() {
 // CHECK:         %n = wave.ewise "add(mul(mul(%0, reciprocal(sqrt(add(mul(%3, 0.125), {{.*}})))), %1), %2)"(%d, %g, %b, %ss)
 // CHECK-NEXT:    %y = wave.matmul %n, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
 // CHECK-NOT:     prologue
-
-// -----
-
-// A matmul of one column (Silero's decoder, a 1 x 1 conv): each element of a is loaded once, so the
-// prologue's inputs may all vary along rows and k. relu(h) is read through a reshape, and h is also the
-// state's: it is recomputed from o and c in the prologue (recomputation), which reads their reshapes.
-func.func @recompute_into_a_narrow_prologue() {
-  %o = wave.input "o" : tensor<1x8xf32>
-  %c = wave.input "c" : tensor<1x8xf32>
-  %w = wave.weight "w" : tensor<8x1xf32>
-  %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%o, %c) : (tensor<1x8xf32>, tensor<1x8xf32>) -> tensor<1x8xf32>
-  %r = wave.ewise "relu(%0)"(%h) : (tensor<1x8xf32>) -> tensor<1x8xf32>
-  %a = wave.reshape %r : (tensor<1x8xf32>) -> tensor<1x1x8xf32>
-  %y = wave.matmul %a, %w : (tensor<1x1x8xf32>, tensor<8x1xf32>) -> tensor<1x1x1xf32>
-  wave.output "y", %y : tensor<1x1x1xf32>
-  wave.output "h", %h : tensor<1x8xf32>
-  func.return
-}
-// CHECK-LABEL: func.func @recompute_into_a_narrow_prologue
-// CHECK:         %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%o, %c)
-// CHECK-NEXT:    %[[O:.*]] = wave.reshape %o : (tensor<1x8xf32>) -> tensor<1x1x8xf32>
-// CHECK-NEXT:    %[[C:.*]] = wave.reshape %c : (tensor<1x8xf32>) -> tensor<1x1x8xf32>
-// CHECK-NEXT:    %y = wave.matmul %[[O]], %w prologue "relu(mul(sigmoid(%0), tanh(%1)))"(%[[C]])
-// CHECK-NOT:     wave.ewise "relu
-// Without recomputation h stays; relu alone becomes the prologue, read through the reshape of h.
-// NOCOMPUTE-LABEL: func.func @recompute_into_a_narrow_prologue
-// NOCOMPUTE:       %[[H:.*]] = wave.reshape %h : (tensor<1x8xf32>) -> tensor<1x1x8xf32>
-// NOCOMPUTE-NEXT:  %y = wave.matmul %[[H]], %w prologue "relu(%0)"()
-
-// -----
-
-// Five columns are more than GEMM_COLS (4): the GEMM bodies would apply the prologue once per column tile,
-// so two inputs varying along rows and k make no prologue.
-func.func @no_full_extras_against_a_wide_b() {
-  %o = wave.input "o" : tensor<2x8xf32>
-  %c = wave.input "c" : tensor<2x8xf32>
-  %w = wave.weight "w" : tensor<8x5xf32>
-  %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%o, %c) : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
-  %y = wave.matmul %h, %w : (tensor<2x8xf32>, tensor<8x5xf32>) -> tensor<2x5xf32>
-  wave.output "y", %y : tensor<2x5xf32>
-  func.return
-}
-// CHECK-LABEL: func.func @no_full_extras_against_a_wide_b
-// CHECK:         %h = wave.ewise "mul(sigmoid(%0), tanh(%1))"(%o, %c)
-// CHECK-NEXT:    %y = wave.matmul %h, %w : (tensor<2x8xf32>, tensor<8x5xf32>) -> tensor<2x5xf32>
