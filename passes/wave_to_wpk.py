@@ -22,7 +22,11 @@ itself an old state is copied out during the graph, since the writes run one aft
 ``select(c, a, state)`` whose state nothing else reads and whose result is written back to that state (a ring
 cache's write, once per model step) writes the state's own buffer when every reader of the version it
 overwrites comes before it (`updates_state_in_place`): its state write is no copy, and with the reset's
-``select(reset, init, state)`` it runs a body that stores only where c holds (wpk-payload).
+``select(reset, init, state)`` it runs a body that stores only where c holds (wpk-payload). Any other
+elementwise op computing a state's new value, or one part of it that a concat only outputs and the state's
+write read, writes the state's slot itself when every other reader of the old value comes before it and it
+reads the old value only where it writes (`states-in-place`; `_Lowering.state_in_place`): that part needs no
+write-back.
 Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
 """
 
@@ -1074,7 +1078,8 @@ def _paired_outputs(block) -> dict[str, str]:
 @dataclass(frozen=True)
 class WaveToWpk(ModulePass):
     """Lowers the cohort-batched wave graph to wpk buffers, phases and tiled tasks; an op that only an output
-    reads writes that output, and a concat that only outputs and state writes read is their copies."""
+    reads writes that output, an elementwise op computing a state's new value writes the state, and a concat
+    that only outputs and state writes read is their copies."""
 
     name = "wave-to-wpk"
     workers: int = field(default=132, metadata={"help": "workers (one block per SM) an op's tiles should fill"})
