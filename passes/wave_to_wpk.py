@@ -355,8 +355,9 @@ class _Lowering:
     min_work: int
     outputs_in_place: bool
     concats_into_copies: bool
-    states_in_place: bool = False
+    states_in_place: bool
     outputs_computed: set[Operation] = field(default_factory=set)
+    states: dict[str, SSAValue] = field(default_factory=dict)  # state name -> its wave.state value (the old one)
     states_computed: set[SSAValue] = field(default_factory=set)
     copied_concats: dict[SSAValue, tuple[list[Loc], int]] = field(default_factory=dict)
     buffers: dict[str, wpk.BufferOp] = field(default_factory=dict)
@@ -410,15 +411,18 @@ class _Lowering:
         if found is None or not any(self.locs[v].per_session for v in op.operands):
             return None
         write, concat = found
-        state = self.buffers.get(f"s.{write.sym}")
-        if state is None:
-            return None
-        whole = Loc(state.buffer_name, 0, wave.shape_of(write.value), True)
-        block = whole if concat is None else as_block(_concat_part_views(concat, whole)[_reshape_source_index(concat, op.result)])
+        if write.sym not in self.states or concat is not None and not self.concats_into_copies:
+            return None  # an undeclared state (refused at its write); a concat phase would copy the parts out
+        whole = Loc(state_buffer_name(write.sym), 0, wave.shape_of(write.value), True)
+        if concat is None:
+            block = whole
+        else:
+            part = _concat_part_views(concat, whole)[_reshape_source_index(concat, op.result)]
+            block = as_block(part)
         if block is None:
             return None
         dst = Loc(block.buffer, block.offset, wave.shape_of(op.result), True)
-        if not _may_write_state_early(op, write, dst, self):
+        if not _may_write_state_early(op, self.states[write.sym], dst, self):
             return None
         self.states_computed.add(op.result)
         return dst
@@ -671,6 +675,7 @@ def _part_views(shapes: list[tuple[int, ...]], axis: int, out: Loc) -> list[Loc]
 
 
 def _concat_part_views(op: wave.ConcatOp, out: Loc) -> list[Loc]:
+    """`_part_views` of a concat's inputs."""
     return _part_views([wave.shape_of(v) for v in op.operands], op.axis.value.data, out)
 
 
@@ -701,10 +706,17 @@ def _reshape_source(value: SSAValue) -> SSAValue:
 
 
 def _reshape_source_index(concat: wave.ConcatOp, value: SSAValue) -> int:
+    """The index of the concat input that is ``value`` read through reshapes."""
     return next(i for i, v in enumerate(concat.operands) if _reshape_source(v) is value)
 
 
+def state_buffer_name(sym: str) -> str:
+    """The wpk.buffer of state ``sym``'s slots."""
+    return f"s.{sym}"
+
+
 def _users_through_reshapes(value: SSAValue) -> list[Operation]:
+    """The ops that read ``value``, or a reshape of it (the reshapes themselves not counted)."""
     users = []
     for use in value.uses:
         user = use.operation
@@ -731,23 +743,19 @@ def _state_destination(value: SSAValue) -> tuple[wave.StateWriteOp, wave.ConcatO
     return found[0] if len(found) == 1 else None
 
 
-def _may_write_state_early(op: wave.EwiseOp, write: wave.StateWriteOp, dst: Loc, lw: _Lowering) -> bool:
-    """Whether ``op`` may store its result at ``dst``, in the slot of ``write``'s state, during the graph: every
-    reader of the state's old value but ``op`` is a compute op placed before it (outputs and state writes are
-    lowered after the graph, so they would read the new value), and ``op`` reads the old value only at
-    ``dst`` itself, in the result's shape (element for element: no tile reads what another writes)."""
-    old = lw.buffers[f"s.{write.sym}"]
-    state = next(o for o in write.parent_block().ops if isinstance(o, wave.StateOp) and o.sym == write.sym)
-    for reader in _buffer_readers(state.result):
-        if reader is not op and (isinstance(reader, (wave.OutputOp, wave.StateWriteOp))
-                                 or not reader.is_before_in_block(op)):
-            return False
+def _may_write_state_early(op: wave.EwiseOp, old: SSAValue, dst: Loc, lw: _Lowering) -> bool:
+    """Whether ``op`` may store its result at ``dst``, in the slot of the state whose old value is ``old``,
+    during the graph: every reader of the old value but ``op`` comes before it (`_read_before`), and ``op``
+    reads the old value only at ``dst`` itself, in the result's shape (element for element: no tile reads
+    what another writes). Conservative: a read of old elements outside ``dst`` is refused too."""
+    if not _read_before(old, op):
+        return False
     for v in op.operands:
         loc = lw.locs[v]
         if _reshape_source(v) in lw.states_computed:  # a part of the new value, not the old
             continue
-        if loc.buffer == old.buffer_name and (wave.shape_of(v) != wave.shape_of(op.result) or loc.view is not None
-                                              or loc.offset != dst.offset):
+        if loc.buffer == dst.buffer and (wave.shape_of(v) != wave.shape_of(op.result) or loc.view is not None
+                                         or loc.offset != dst.offset):
             return False
     return True
 
@@ -915,18 +923,22 @@ def _buffer_readers(value: SSAValue) -> list[Operation]:
     return readers
 
 
+def _read_before(value: SSAValue, writer: Operation) -> bool:
+    """Whether every reader of ``value``'s buffer (`_buffer_readers`) but ``writer`` is a compute op placed
+    before ``writer``: outputs and state writes are lowered after the graph, so they would read what
+    ``writer`` stores over it."""
+    return all(reader is writer or not isinstance(reader, (wave.OutputOp, wave.StateWriteOp))
+               and reader.is_before_in_block(writer) for reader in _buffer_readers(value))
+
+
 def _may_write_over(version: SSAValue, update: Operation) -> bool:
     """Whether ``update`` (an in-place select keeping ``version``) may write over ``version``'s buffer: every
-    other reader of it is a compute op placed before the update (outputs and state writes are lowered after
-    the graph, so they would read the updated buffer), and the update reads it only element for element,
-    as its kept input (through another view it would read elements other tiles write)."""
-    for reader in _buffer_readers(version):
-        if reader is update:
-            continue
-        if isinstance(reader, (wave.OutputOp, wave.StateWriteOp)) or not reader.is_before_in_block(update):
-            return False
-        if _is_view(reader) and reader.result in update.operands:
-            return False
+    other reader of it comes before the update (`_read_before`), and the update reads it only element for
+    element, as its kept input (through another view it would read elements other tiles write)."""
+    if not _read_before(version, update):
+        return False
+    if any(_is_view(reader) and reader.result in update.operands for reader in _buffer_readers(version)):
+        return False
     return [v for v in update.operands if v is version] == [version]
 
 
@@ -1023,10 +1035,11 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         shape = wave.shape_of(op.result)
         axis = _cohort_axis(op)
         init = lw.buffer(f"init.{op.sym}", "weights", "weight", shape[1:], False, blob=op.sym)
-        state = lw.buffer(f"s.{op.sym}", "state", "state", shape, True, model_name=op.sym, init=init.buffer,
+        state = lw.buffer(state_buffer_name(op.sym), "state", "state", shape, True, model_name=op.sym, init=init.buffer,
                           shape=_user_shape(shape[1:], axis), cohort_axis=axis,
                           output=paired_outputs.get(op.sym, ""))
         lw.locs[op.result] = state
+        lw.states[op.sym] = op.result
         reset = lw.reset_flags(len(shape))
         lw.resets.append(lw.phase(f"reset_{op.sym}", "wave.state", [lw.ewise_part("select(%0, %1, %2)", [reset, init, state], state, state.shape)]))
     elif isinstance(op, wave.OutputOp):
@@ -1034,10 +1047,10 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
             return True
         lw.outputs.append(lw.phase(f"output_{op.sym}", op.name, lw.copy_parts(op.value, op, lw.output_buffer(op))))
     elif isinstance(op, wave.StateWriteOp):
-        if f"s.{op.sym}" not in lw.buffers:
+        if state_buffer_name(op.sym) not in lw.buffers:
             raise PassFailedException(f"wave-to-wpk: wave.state_write {op.sym!r} writes no state: declare it with "
                                       f"wave.state {op.sym!r} first")
-        dst = lw.buffers[f"s.{op.sym}"]
+        dst = lw.buffers[state_buffer_name(op.sym)]
         dst_loc = Loc(dst.buffer_name, 0, wave.shape_of(op.value), True)
         if op.value in lw.copied_concats:
             parts = lw.copy_parts(op.value, op, dst_loc)

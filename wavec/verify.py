@@ -55,7 +55,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wavec.analysis.footprints import Access, FootprintCache, access_groups, expected_inputs, segment_incidences
+from wavec.analysis.footprints import (
+    Access,
+    AccessGroups,
+    FootprintCache,
+    access_groups,
+    expected_inputs,
+    segment_incidences,
+)
 from wavec.analysis.happens_before import HappensBefore, build_happens_before
 from wavec.errors import VerificationError, VerificationTooLarge, WavecError
 from wavec.opcodes import (ELEM_BYTES, MAX_INPUTS, OUT, Arena, ConvParams, Epilogue, EwiseParams, MatmulParams, Opcode,
@@ -585,7 +592,9 @@ class _Verifier:
         acc_task = np.array([a.row for a in accesses], np.int64)
         acc_write = np.array([a.write for a in accesses], bool)
         acc_op = np.array([a.operand for a in accesses], np.int64)
+        # Per access (check 7 reads them too): its operand, task row, whether it writes, and its task's phase.
         self.acc_op, self.acc_task, self.acc_write = acc_op, acc_task, acc_write
+        self.acc_phase = self.phase[acc_task]
         self.in_place_ok = np.array([self.same_view_as_output(a) for a in accesses], bool)
         total_intervals = total_incidences = 0
         scans = []
@@ -810,8 +819,7 @@ class _Verifier:
         last writer of all it writes there: one phase (a state's write-back), or several, each computing its
         part of the new value in place (wave-to-wpk's states-in-place: Silero's h and c). A phase overwritten
         in some of its bytes and not in others (the state's reset where a tile of the update is missing)
-        leaves a gap in the final write."""
-        self.acc_phase = self.phase[self.acc_task]
+        leaves a gap in the final write. Runs after `races_and_dataflow` (its final writers and accesses)."""
         for arena, key, what in ((Arena.STATE, "states", "state"), (Arena.OUTPUT, "outputs", "output")):
             if arena not in self.final_writers:
                 continue
@@ -832,7 +840,8 @@ class _Verifier:
                 if len(grp):
                     self.check_final_writers(arena, g, final, grp, what, spec["name"])
 
-    def check_final_writers(self, arena: int, g, final: np.ndarray, groups: np.ndarray, what: str, name: str) -> None:
+    def check_final_writers(self, arena: int, g: AccessGroups, final: np.ndarray, groups: np.ndarray, what: str,
+                            name: str) -> None:
         """The writes of the final phases over ``groups`` (a tensor's segments) must each be final."""
         final_phase = self.phase[final[groups]]
         if (final_phase == final_phase[0]).all():

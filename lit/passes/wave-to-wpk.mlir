@@ -1,4 +1,5 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4}' --verify-diagnostics | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 concats-into-copies=false}' --verify-diagnostics | filecheck %s --check-prefix=NOFOLD
 
 // A state is reset (select on the session's flag) before the graph; its new value is computed in the
 // state's own slot (the ewise reads the old h element for element, and nothing else reads it), so there is
@@ -510,6 +511,13 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["s.s"], input_offsets = array<i64: 4>, output = "out.sN", output_offset = 4 : i64
 // CHECK-NOT:   wpk.phase
 // CHECK:       // -----
+// With the concat a phase of its own (concats-into-copies=false), it would copy the parts out of the state
+// and the write back in again: the parts are computed in activation buffers instead.
+// NOFOLD-LABEL: wpk.tasks "matmul" {inputs = ["s.s", "w.w", "in.x"]
+// NOFOLD:       wpk.phase "ewise_6"
+// NOFOLD-NEXT:    wpk.tasks "ewise" {{.*}}output = "t{{[0-9]+}}"
+// NOFOLD:       wpk.phase "concat_8"
+// NOFOLD:       wpk.phase "state_write_s"
 
 // -----
 
