@@ -591,3 +591,31 @@ def test_heap_scheduler_orders_like_a_rescan(seed):
         want = rescan_order(machine)
         machine.run_beat()
         assert machine.order == want
+
+
+def test_the_reference_keeps_a_rank_0_state_rank_0_beat_after_beat():
+    """wave_eval's elementwise, slice and transpose results keep their rank: a rank-0 state read back the next
+    beat has the IR's shape (numpy's ascontiguousarray made it [1], which the next beat refused)."""
+    from xdsl.parser import Parser
+
+    from wavec.analysis import wave_eval
+    from wavec.registry import make_context
+
+    module = Parser(make_context(), """
+    func.func @scalar_state() {
+      %x = wave.input "x" : tensor<f32>
+      %s = wave.state "s" : tensor<f32>
+      %n = wave.ewise "add(mul(%0, 0.5), %1)"(%s, %x) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      wave.state_write "s", %n : tensor<f32>
+      wave.output "y", %n : tensor<f32>
+      func.return
+    }""").parse_module()
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal(4)
+    state = {"s": np.float32(rng.standard_normal())}
+    want = float(state["s"])  # float64 reference of s' = s / 2 + x
+    for x in xs:
+        out, state = wave_eval.evaluate(module, {"x": np.float32(x)}, state, {})
+        want = want * 0.5 + float(np.float32(x))
+        assert out["y"].shape == () and state["s"].shape == ()
+        assert abs(float(out["y"]) - want) <= 1e-6 * max(1.0, abs(want))

@@ -31,7 +31,7 @@ F32 = np.float32
 def ewise(expr: str, inputs: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray:
     """``expr`` (wavec/opcodes.py syntax) over float32 inputs broadcast to ``shape``."""
     value = eval_expr(parse_expr(expr), [np.asarray(x, F32) for x in inputs])
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(value, F32), tuple(shape)))
+    return np.array(np.broadcast_to(np.asarray(value, F32), tuple(shape)), F32, order="C")  # rank 0 stays 0
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -111,7 +111,7 @@ def slice_(x: np.ndarray, starts: Sequence[int], steps: Sequence[int], shape: Se
     """result[i] = x[starts + i * steps] per axis; ``shape`` gives the result's extents."""
     for axis, (s0, st, n) in enumerate(zip(starts, steps, shape)):
         x = np.take(x, s0 + st * np.arange(n, dtype=np.int64), axis=axis)
-    return np.ascontiguousarray(x, F32)
+    return np.array(x, F32, order="C")
 
 
 def concat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
@@ -119,7 +119,7 @@ def concat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
 
 
 def transpose(x: np.ndarray, perm: Sequence[int]) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(x, tuple(perm)), F32)
+    return np.array(np.transpose(x, tuple(perm)), F32, order="C")
 
 
 def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
