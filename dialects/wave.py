@@ -570,6 +570,16 @@ def view_source(value: SSAValue, with_slices: bool = False):
     return op
 
 
+def reshape_chain(value: SSAValue) -> tuple[SSAValue, list["ReshapeOp"]]:
+    """The value that ``value`` is, read back through reshapes (which keep its elements in row-major order),
+    and those reshapes from ``value`` back."""
+    reshapes = []
+    while isinstance(value.owner, ReshapeOp):
+        reshapes.append(value.owner)
+        value = value.owner.x
+    return value, reshapes
+
+
 def weight_source(value: SSAValue) -> WeightOp | None:
     """The `wave.weight` whose values ``value`` holds, read through transposes and reshapes (which keep
     them), or None when ``value`` is computed."""

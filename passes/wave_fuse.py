@@ -110,14 +110,10 @@ class FuseElementwiseProducer(_Fusion):
 
 
 def _through_reshapes(value: SSAValue) -> tuple[wave.EwiseOp | None, list[wave.ReshapeOp]]:
-    """The elementwise op whose result ``value`` is, read through reshapes (which keep the elements in row-major
-    order), and those reshapes from ``value`` back; (None, []) when ``value`` is something else."""
-    reshapes = []
-    op = value.owner
-    while isinstance(op, wave.ReshapeOp):
-        reshapes.append(op)
-        op = op.x.owner
-    return (op, reshapes) if isinstance(op, wave.EwiseOp) else (None, [])
+    """The elementwise op whose result ``value`` is, read through reshapes (`wave.reshape_chain`), and those
+    reshapes; (None, []) when ``value`` is something else."""
+    source, reshapes = wave.reshape_chain(value)
+    return (source.owner, reshapes) if isinstance(source.owner, wave.EwiseOp) else (None, [])
 
 
 def _depends_on(value: SSAValue, op: Operation, order: dict[Operation, int]) -> bool:

@@ -694,20 +694,13 @@ def folds_into_copies(op: wave.ConcatOp, ins: list[Loc], lw: "_Lowering") -> boo
     unless the input is a part of the new value computed in its state slot already (`_Lowering.state_in_place`)."""
     users = [use.operation for use in op.result.uses]
     return (bool(users) and all(isinstance(u, (wave.OutputOp, wave.StateWriteOp)) for u in users)
-            and all(lw.buffers[loc.buffer].arena.data != "state" or _reshape_source(v) in lw.states_computed
+            and all(lw.buffers[loc.buffer].arena.data != "state" or wave.reshape_chain(v)[0] in lw.states_computed
                     for v, loc in zip(op.operands, ins)))
-
-
-def _reshape_source(value: SSAValue) -> SSAValue:
-    """The value that ``value`` is, read back through reshapes (which keep its elements in order)."""
-    while isinstance(value.owner, wave.ReshapeOp):
-        value = value.owner.x
-    return value
 
 
 def _reshape_source_index(concat: wave.ConcatOp, value: SSAValue) -> int:
     """The index of the concat input that is ``value`` read through reshapes."""
-    return next(i for i, v in enumerate(concat.operands) if _reshape_source(v) is value)
+    return next(i for i, v in enumerate(concat.operands) if wave.reshape_chain(v)[0] is value)
 
 
 def state_buffer_name(sym: str) -> str:
@@ -752,7 +745,7 @@ def _may_write_state_early(op: wave.EwiseOp, old: SSAValue, dst: Loc, lw: _Lower
         return False
     for v in op.operands:
         loc = lw.locs[v]
-        if _reshape_source(v) in lw.states_computed:  # a part of the new value, not the old
+        if wave.reshape_chain(v)[0] in lw.states_computed:  # a part of the new value, not the old
             continue
         if loc.buffer == dst.buffer and (wave.shape_of(v) != wave.shape_of(op.result) or loc.view is not None
                                          or loc.offset != dst.offset):

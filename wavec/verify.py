@@ -60,6 +60,7 @@ from wavec.analysis.footprints import (
     AccessGroups,
     FootprintCache,
     access_groups,
+    concat_ranges,
     expected_inputs,
     segment_incidences,
 )
@@ -831,8 +832,7 @@ class _Verifier:
                 start = (int(spec["offset"]) + np.arange(self.sessions, dtype=np.int64) * int(spec["session_stride"])) // 4
                 lo = np.searchsorted(g.points, start, side="right") - 1
                 hi = np.searchsorted(g.points, start + nbytes // 4, side="left")
-                cnt = np.maximum(hi - lo, 0)
-                seg = np.repeat(lo, cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+                seg = concat_ranges(lo, hi)
                 seg = seg[(seg >= 0) & (seg < len(g.group_of_seg))]
                 grp = np.unique(g.group_of_seg[seg])
                 grp = grp[grp >= 0]
@@ -847,14 +847,13 @@ class _Verifier:
         if (final_phase == final_phase[0]).all():
             return
         lo, hi = np.searchsorted(g.member_group, groups), np.searchsorted(g.member_group, groups + 1)
-        member = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
-        acc = g.member_acc[member]
+        acc = g.member_acc[concat_ranges(lo, hi)]
         writer_phase = self.acc_phase[acc]
         of_group = np.repeat(final_phase, hi - lo)
         bad = np.flatnonzero(self.acc_write[acc] & np.isin(writer_phase, final_phase) & (writer_phase != of_group))
         if len(bad):
             i = int(bad[0])
-            over = int(np.repeat(groups, hi - lo)[i])
+            over = int(np.repeat(groups, hi - lo)[i])  # the group of membership i
             kept = int(groups[np.flatnonzero(final_phase == writer_phase[i])[0]])
             raise VerificationError(
                 f"{what} {name!r} ends the beat with values from two phases: "

@@ -131,6 +131,14 @@ def segment_incidences(begins: np.ndarray, ends: np.ndarray) -> int:
     return int((np.searchsorted(points, ends[keep]) - np.searchsorted(points, begins[keep])).sum())
 
 
+def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])`` (int64; nothing where b <= a), without
+    a Python loop."""
+    lo = np.asarray(lo, np.int64)
+    cnt = np.maximum(np.asarray(hi, np.int64) - lo, 0)
+    return np.repeat(lo, cnt) + (np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+
+
 def access_groups(begins: np.ndarray, ends: np.ndarray, acc_of_interval: np.ndarray, n_acc: int) -> AccessGroups:
     """Groups the word intervals of one arena (see the module docstring) without expanding them per
     segment: a segment's multiset of covering accesses is hashed as a prefix sum over interval ends
@@ -166,10 +174,7 @@ def access_groups(begins: np.ndarray, ends: np.ndarray, acc_of_interval: np.ndar
     rep_sorted = rep[order]
     a = np.searchsorted(rep_sorted, lo)
     b = np.searchsorted(rep_sorted, hi)
-    cnt = b - a
-    which = np.repeat(np.arange(len(cnt)), cnt)
-    first_of = np.cumsum(cnt) - cnt
-    rep_idx = a[which] + (np.arange(int(cnt.sum()), dtype=np.int64) - first_of[which])
-    grp = order[rep_idx]
+    which = np.repeat(np.arange(len(a)), b - a)
+    grp = order[concat_ranges(a, b)]
     pair = np.unique(grp * n_acc + acc[which], return_counts=True)
     return AccessGroups(points, group_of_seg, rep, pair[0] // n_acc, pair[0] % n_acc, pair[1])
