@@ -26,7 +26,10 @@ overwrites comes before it (`updates_state_in_place`): its state write is no cop
 elementwise op computing a state's new value, or one part of it that a concat only outputs and the state's
 write read, writes the state's slot itself when every other reader of the old value comes before it and it
 reads the old value only where it writes (`states-in-place`; `_Lowering.state_in_place`): that part needs no
-write-back.
+write-back. A concat of weights alone (`wave-stack-matmuls`' stacked k) is one weight of its own, whose bytes
+profile emission concatenates from the blob (`is_weight_concat`): no phase. A value that only one concat reads
+(a matmul's stacked a) is computed into its part of the concat's buffer when that part is contiguous
+(`_Lowering.concat_in_place`; option `concats-in-place`): the concat then copies only its other parts.
 Requires `wave-cohort` first (the module's `wave.cohort` attribute gives N).
 """
 
@@ -36,7 +39,7 @@ import math
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -356,7 +359,9 @@ class _Lowering:
     outputs_in_place: bool
     concats_into_copies: bool
     states_in_place: bool
+    concats_in_place: bool
     outputs_computed: set[Operation] = field(default_factory=set)
+    destinations: dict[SSAValue, Loc] = field(default_factory=dict)  # a concat's buffer, placed by an input's op
     states: dict[str, SSAValue] = field(default_factory=dict)  # state name -> its wave.state value (the old one)
     states_computed: set[SSAValue] = field(default_factory=set)
     copied_concats: dict[SSAValue, tuple[list[Loc], int]] = field(default_factory=dict)
@@ -426,6 +431,48 @@ class _Lowering:
             return None
         self.states_computed.add(op.result)
         return dst
+
+    def concat_in_place(self, op: Operation) -> Loc | None:
+        """Where ``op`` writes its result when one concat alone reads it, once, through reshapes, and its part
+        of the concat is contiguous: that part of the concat's buffer, placed now (the concat's phase then
+        copies only its other parts). Silero's stacked LSTM matmul reads [x, h]: the encoder's last
+        convolution writes x there, and h, the old state, is copied in beside it off the chain. Not for a
+        concat that folds into copies or that an output or a state write reads (they place it themselves)."""
+        users = _users_through_reshapes(op.result)
+        if not self.concats_in_place or len(users) != 1 or not isinstance(users[0], wave.ConcatOp):
+            return None
+        concat = users[0]
+        readers = _users_through_reshapes(concat.result)
+        sources = [wave.reshape_chain(v)[0] for v in concat.operands]
+        if (sources.count(op.result) != 1 or not readers
+                or any(isinstance(r, (wave.OutputOp, wave.StateWriteOp)) for r in readers)
+                or not any(self.locs[v].per_session for v in op.operands)):
+            return None
+        shape, index = wave.shape_of(concat.result), sources.index(op.result)
+        if as_block(_concat_part_views(concat, Loc("", 0, shape, True))[index]) is None:
+            return None
+        if concat.result not in self.destinations:
+            self.destinations[concat.result] = self.act_buffer(shape, True)
+        block = as_block(_concat_part_views(concat, self.destinations[concat.result])[index])
+        self.mark_part(block.buffer, block.offset, math.prod(block.session_shape))
+        return Loc(block.buffer, block.offset, wave.shape_of(op.result), True)
+
+    def mark_part(self, name: str, offset: int, elems: int) -> None:
+        """Records on buffer ``name`` that its elements [offset, offset + elems) of each session are a part that
+        another phase than the rest writes (``part_bytes``: byte ranges in a session's slot): wpk-verify's dataflow
+        check then takes a view's bytes there and elsewhere as two reads, each of one producer."""
+        buf = self.buffers[name]
+        ranges = list(buf.attributes["part_bytes"].get_values()) if "part_bytes" in buf.attributes else []
+        buf.attributes["part_bytes"] = wave.i64_array([*ranges, 4 * offset, 4 * (offset + elems)])
+
+    def stacked_weight(self, op: wave.ConcatOp) -> Loc:
+        """The one weight a concat of weights is (`is_weight_concat`): a weights-arena buffer whose ``parts``
+        profile emission concatenates along ``axis``."""
+        syms = [v.owner.sym for v in op.operands]
+        axis = op.axis.value.data
+        name = f"concat{axis}({', '.join(syms)})"
+        return self.buffer(f"w.{name}", "weights", "weight", wave.shape_of(op.result), False, blob=name,
+                           parts=syms, axis=axis)
 
     def act_buffer(self, shape, per_session: bool) -> Loc:
         return self.buffer(f"t{len(self.buffers)}", "act", "act", shape, per_session)
@@ -504,6 +551,8 @@ def _attr(value):
         return StringAttr(value)
     if isinstance(value, int):
         return IntegerAttr(value, i64)
+    if value and all(isinstance(v, str) for v in value):
+        return ArrayAttr([StringAttr(v) for v in value])
     return wave.i64_array(value)
 
 
@@ -696,6 +745,11 @@ def folds_into_copies(op: wave.ConcatOp, ins: list[Loc], lw: "_Lowering") -> boo
     return (bool(users) and all(isinstance(u, (wave.OutputOp, wave.StateWriteOp)) for u in users)
             and all(lw.buffers[loc.buffer].arena.data != "state" or wave.reshape_chain(v)[0] in lw.states_computed
                     for v, loc in zip(op.operands, ins)))
+
+
+def is_weight_concat(op: Operation) -> bool:
+    """A concat of `wave.weight`s alone: a weight of the profile, its bytes concatenated at emission."""
+    return isinstance(op, wave.ConcatOp) and all(isinstance(v.owner, wave.WeightOp) for v in op.operands)
 
 
 def _reshape_source_index(concat: wave.ConcatOp, value: SSAValue) -> int:
@@ -979,6 +1033,9 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         if folds_into_matmuls(op, view):
             lw.locs[op.result] = view
             return
+    if is_weight_concat(op):
+        lw.locs[op.result] = lw.stacked_weight(op)
+        return
     ins = [lw.loc(v, op) for v in op.operands]
     if isinstance(op, wave.ConcatOp) and lw.concats_into_copies and folds_into_copies(op, ins, lw):
         lw.copied_concats[op.result] = (ins, op.axis.value.data)
@@ -987,7 +1044,8 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
     if state is not None:
         out = lw.loc(state, op)
     else:
-        out = lw.output_in_place(op.result) or lw.state_in_place(op) or lw.act(op.result)
+        out = (lw.destinations.get(op.result) or lw.output_in_place(op.result) or lw.state_in_place(op)
+               or lw.concat_in_place(op) or lw.act(op.result))
     lw.locs[op.result] = out
     name = _source_name(op, index)
     if isinstance(op, wave.EwiseOp):
@@ -1002,6 +1060,8 @@ def _lower_op(lw: _Lowering, op: Operation, index: int) -> None:
         parts = [_lower_reduce(lw, op, ins[0], out)]
     elif isinstance(op, wave.ConcatOp):
         parts = _concat_parts(lw, ins, op.axis.value.data, out)
+        if not parts:  # every input computed in its part (`_Lowering.concat_in_place`)
+            return
     elif isinstance(op, wave.SliceOp):
         parts = [lw.copy_part(slice_view(op, ins[0]), out)]
     elif isinstance(op, wave.TransposeOp):
@@ -1023,7 +1083,12 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
         lw.locs[op.result] = lw.buffer(f"in.{op.sym}", "input", "input", shape, True, model_name=op.sym,
                                        shape=_user_shape(shape[1:], axis), cohort_axis=axis)
     elif isinstance(op, wave.WeightOp):
-        lw.locs[op.result] = lw.buffer(f"w.{op.sym}", "weights", "weight", wave.shape_of(op.result), False, blob=op.sym)
+        users = [use.operation for use in op.result.uses]
+        if users and all(is_weight_concat(u) for u in users):  # only a part of stacked weights: no bytes of its own
+            lw.locs[op.result] = Loc(f"w.{op.sym}", 0, wave.shape_of(op.result), False)
+        else:
+            lw.locs[op.result] = lw.buffer(f"w.{op.sym}", "weights", "weight", wave.shape_of(op.result), False,
+                                           blob=op.sym)
     elif isinstance(op, wave.StateOp):
         shape = wave.shape_of(op.result)
         axis = _cohort_axis(op)
@@ -1104,6 +1169,11 @@ class WaveToWpk(ModulePass):
                                         "state's slot when the old value's readers come before it (no copy)"}
     )
 
+    concats_in_place: bool = field(
+        default=True, metadata={"help": "a value only one concat reads is computed into its part of the concat's "
+                                        "buffer when that part is contiguous (no copy)"}
+    )
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         n = wave.cohort_size(op)
         if n is None:
@@ -1114,7 +1184,7 @@ class WaveToWpk(ModulePass):
                 raise PassFailedException(f"wave-to-wpk: {option} must be >= {least}, got {value}")
         block = wave.graph_block(op)
         lw = _Lowering(n, self.workers, self.min_tile_elems, self.min_tile_flops, self.outputs_in_place,
-                       self.concats_into_copies, self.states_in_place)
+                       self.concats_into_copies, self.states_in_place, self.concats_in_place)
         pairs = _paired_outputs(block)
         for node in list(block.ops):
             if isinstance(node, wave.EwiseOp) and len(node.inputs) > MAX_INPUTS:

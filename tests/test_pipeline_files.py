@@ -19,7 +19,8 @@ SILERO = ["--bind", "sr=16000", "--frame", "input=576", "--state", "state=stateN
 
 def test_default_pipeline_comes_from_the_packaged_file():
     assert default_pipeline(64, 132) == (
-        "wave-expand-pow,wave-fuse,wave-cohort{sessions=64},wave-hoist{max-sessions=64},wave-to-wpk{workers=132},"
+        "wave-expand-pow,wave-fuse,wave-cohort{sessions=64},wave-stack-matmuls{min-sessions=65},"
+        "wave-hoist{max-sessions=64},wave-to-wpk{workers=132},"
         "wpk-arena{max-dedicated-bytes=4194304},"
         "wpk-schedule{workers=132 hw=h200 insertion-max-sessions=64},wpk-payload,wpk-verify"
     )
@@ -92,7 +93,7 @@ def test_wavec_opt_reads_the_default_pipeline_file(tmp_path):
          "--pipeline-var", "workers=2", "--print-ir-after-all"],
         capture_output=True, text=True, check=True,
     )
-    assert run.stderr.count("// -----// IR Dump After") == 9
+    assert run.stderr.count("// -----// IR Dump After") == 10
     assert "wave.cohort = 3" in run.stdout and "payload = array<i32:" in run.stdout
 
 

@@ -8,7 +8,7 @@ wait counts. The weights arena image is assembled from the blob of named weights
 from __future__ import annotations
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 
 from wavec.dialects import wave, wpk
 from wavec.errors import WavecError
@@ -26,6 +26,8 @@ def _attr_value(buf: wpk.BufferOp, key: str):
         return None
     if hasattr(attr, "get_values"):
         return [int(v) for v in attr.get_values()]
+    if isinstance(attr, ArrayAttr):
+        return [a.data for a in attr.data]
     if hasattr(attr, "value"):
         return attr.value.data
     return attr.data
@@ -54,6 +56,17 @@ def _states(buffers: dict[str, wpk.BufferOp]) -> list[dict]:
             entry["init_offset"] = _offset(buffers[_attr_value(buf, "init")])
             states.append(entry)
     return states
+
+
+def _tensor(name: str, buf: wpk.BufferOp) -> dict:
+    """profile.json's ``tensors`` entry of a placed buffer; ``part_bytes``: [begin, end) byte ranges of a session's
+    slot that other phases write than the rest (wave-to-wpk `_Lowering.mark_part`)."""
+    entry = {"name": name, "arena": buf.arena.data, "offset": _offset(buf), "bytes": buf.nbytes,
+             "session_stride": buf.stride}
+    parts = _attr_value(buf, "part_bytes")
+    if parts:
+        entry["part_bytes"] = [parts[i : i + 2] for i in range(0, len(parts), 2)]
+    return entry
 
 
 def schedule_summary(module: ModuleOp) -> dict:
@@ -104,6 +117,20 @@ def ordered_payloads(module: ModuleOp, workers: int) -> tuple[np.ndarray, list[l
     return records, rows
 
 
+def _blob_value(blob: dict, key: str, parts: list[str] | None, axis: int | None):
+    """The blob's value of weight ``key``, or for stacked weights (wave-to-wpk `is_weight_concat`) its
+    ``parts`` concatenated along ``axis`` (a generated part made here: such a weight is stored). Raises
+    WavecError for a name the blob lacks."""
+    for name in parts or [key]:
+        if name not in blob:
+            raise WavecError(f"profile emission: no data for weight {name!r}; the frontend's weight blob lacks it")
+    if not parts:
+        return blob[key]
+    arrays = [v.materialize() if isinstance(v, GeneratedWeight) else np.asarray(v, np.float32)
+              for v in (blob[name] for name in parts)]
+    return np.concatenate(arrays, axis)
+
+
 def stored_weights(
     buffers: dict[str, wpk.BufferOp], arena_bytes: int, blob: dict | None
 ) -> tuple[np.ndarray, list[dict]]:
@@ -117,9 +144,7 @@ def stored_weights(
     values = {}
     for buf in weights:
         key = _attr_value(buf, "blob")
-        if key not in blob:
-            raise WavecError(f"profile emission: no data for weight {key!r}; the frontend's weight blob lacks it")
-        value = values[buf.buffer_name] = blob[key]
+        value = values[buf.buffer_name] = _blob_value(blob, key, _attr_value(buf, "parts"), _attr_value(buf, "axis"))
         nbytes = value.nbytes if isinstance(value, GeneratedWeight) else np.asarray(value).size * 4
         if nbytes != buf.nbytes:
             raise WavecError(f"profile emission: weight {key!r} has {nbytes} bytes, its buffer {buf.nbytes}")
@@ -175,11 +200,7 @@ def profile_from_module(
         "reset": {"offset": _offset(reset[0]), "session_stride": reset[0].stride} if reset else None,
         "outputs": [_binding(b) for b in by_role("output")],
         "states": _states(buffers),
-        "tensors": [
-            {"name": n, "arena": b.arena.data, "offset": _offset(b), "bytes": b.nbytes, "session_stride": b.stride}
-            for n, b in buffers.items()
-            if b.offset is not None
-        ],
+        "tensors": [_tensor(n, b) for n, b in buffers.items() if b.offset is not None],
         "phases": [
             {"name": p.sym_name.data, "op": p.op.data, "tasks": p.task_count, **io}  # io: buffers read, written
             for p, io in zip(phases_of(module), phase_tensors(phases_of(module)))

@@ -25,7 +25,9 @@ names in lower case: weights, state, act, input, output):
 - ``states``: [{name, output (paired model output or null), shape, offset, session_stride, init_offset,
   cohort_axis}]: slot s of the state occupies ``[offset + s*session_stride, + bytes)`` of the state arena,
   the initial value one session's bytes at ``init_offset`` of the weights arena;
-- ``tensors``: [{name, arena, offset, bytes (one session), session_stride}]: every allocation;
+- ``tensors``: [{name, arena, offset, bytes (one session), session_stride}]: every allocation; optional
+  ``part_bytes``: [[begin, end), ...] ranges of a session's slot that another phase writes than the rest (a
+  concat's input computed in place, wave-to-wpk), which wpk-verify's dataflow check takes as reads of their own;
 - ``phases``: [{name, op, tasks}]; ``bindings``: {name: value} the frontend folded in;
 - ``generated_weights``: [{name, offset, elems, kind ("uniform": seed, scale, precision; "constant":
   value)}]: weights made at load from their spec (wavec/weights.py), absent from weights.bin;

@@ -23,6 +23,7 @@ PASSES = {
     "wave-expand-pow": ("wavec.passes.wave_expand_pow", "WaveExpandPow"),
     "wave-fuse": ("wavec.passes.wave_fuse", "WaveFuse"),
     "wave-cohort": ("wavec.passes.wave_cohort", "WaveCohort"),
+    "wave-stack-matmuls": ("wavec.passes.wave_stack_matmuls", "WaveStackMatmuls"),
     "wave-hoist": ("wavec.passes.wave_hoist", "WaveHoist"),
     "wave-to-wpk": ("wavec.passes.wave_to_wpk", "WaveToWpk"),
     "wpk-schedule": ("wavec.passes.wpk_schedule", "WpkSchedule"),

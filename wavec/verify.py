@@ -775,9 +775,25 @@ class _Verifier:
                 "leaves a gap, or the operand offset is wrong"
             )
 
+    def part_of(self, arena: int, at: np.ndarray) -> np.ndarray:
+        """Per arena byte ``at``: 0, or 1 + the index of the declared part (profile.json tensors' ``part_bytes``, a
+        concat's input computed in place) of a session's slot it lies in. Recycled bytes of another tensor
+        there are split the same way, which only makes the mixed-sources check look at smaller views."""
+        part = np.zeros(len(at), np.int64)
+        for t in self.meta.get("tensors", []):
+            if t.get("arena") != ARENA_NAMES.get(arena) or not t.get("part_bytes"):
+                continue
+            stride = int(t["session_stride"]) or int(t["bytes"])
+            rel = at - int(t["offset"])
+            inside = (rel >= 0) & (rel < stride * (self.sessions if t["session_stride"] else 1))
+            pos = rel % stride
+            for j, (b0, b1) in enumerate(t["part_bytes"]):
+                part[inside & (pos >= b0) & (pos < b1)] = j + 1
+        return part
+
     def mixed_sources(self, arena, g, grp, last, task, op, tid, ph) -> None:
-        """Raises when the tasks of one phase reading one view (operand, offset, session stride) read
-        bytes whose last writers span two phases."""
+        """Raises when the tasks of one phase reading one view (operand, offset, session stride, and the part of
+        the tensor's slot: `part_of`) read bytes whose last writers span two phases."""
         written = ph != -1  # unwritten fresh bytes are reported afterwards, as such
         if not written.any():
             return
@@ -788,7 +804,8 @@ class _Verifier:
         rec = self.rec[task]
         k_off = rec["offset"][np.arange(len(task)), op].astype(np.int64)
         k_str = rec["session_stride"][np.arange(len(task)), op].astype(np.int64)
-        view = np.stack([self.phase[task], op, k_off, k_str], axis=1)
+        part = self.part_of(arena, g.points[g.rep[grp]] * ELEM_BYTES)
+        view = np.stack([self.phase[task], op, k_off, k_str, part], axis=1)
         _, kid = np.unique(view, axis=0, return_inverse=True)
         kid = kid.ravel()
         o = np.lexsort((tid, ph, kid))

@@ -1,5 +1,6 @@
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4}' --verify-diagnostics | filecheck %s
 // RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 concats-into-copies=false}' --verify-diagnostics | filecheck %s --check-prefix=NOFOLD
+// RUN: wavec-opt %s --split-input-file -p 'wave-to-wpk{workers=4 concats-in-place=false}' --verify-diagnostics | filecheck %s --check-prefix=NOPLACE
 
 // A state is reset (select on the session's flag) before the graph; its new value is computed in the
 // state's own slot (the ewise reads the old h element for element, and nothing else reads it), so there is
@@ -546,3 +547,39 @@ builtin.module attributes {wave.cohort = 2 : i64} {
 // CHECK:       wpk.phase "state_write_s"
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[H]]"], {{.*}}output = "s.s", output_offset = 0 : i64
 // CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["[[C]]"], {{.*}}output = "s.s", output_offset = 4 : i64
+
+// -----
+
+// wave-stack-matmuls' form: one matmul over [y, h] and [W; R]. The concat of weights is one weight of its
+// own, its parts named for profile emission to concatenate, and the weights it is made of get no buffers. y,
+// which only the concat reads, is computed into its part of the concat's buffer (marked in part_bytes for
+// wpk-verify), so the concat's phase copies h alone.
+builtin.module attributes {wave.cohort = 2 : i64} {
+  func.func @stacked_k_in_place() {
+    %x = wave.input "x" {cohort_axis = 0 : i64} : tensor<2x1x8xf32>
+    %h = wave.input "h" {cohort_axis = 0 : i64} : tensor<2x1x4xf32>
+    %w = wave.weight "w" : tensor<8x16xf32>
+    %r = wave.weight "r" : tensor<4x16xf32>
+    %y = wave.ewise "relu(%0)"(%x) : (tensor<2x1x8xf32>) -> tensor<2x1x8xf32>
+    %a = wave.concat %y, %h {axis = 2 : i64} : (tensor<2x1x8xf32>, tensor<2x1x4xf32>) -> tensor<2x1x12xf32>
+    %b = wave.concat %w, %r {axis = 0 : i64} : (tensor<8x16xf32>, tensor<4x16xf32>) -> tensor<12x16xf32>
+    %g = wave.matmul %a, %b : (tensor<2x1x12xf32>, tensor<12x16xf32>) -> tensor<2x1x16xf32>
+    wave.output "g", %g {cohort_axis = 0 : i64} : tensor<2x1x16xf32>
+    func.return
+  }
+}
+// CHECK-NOT:   wpk.buffer "w.w"
+// CHECK:       wpk.buffer "[[A:t[0-9]+]]" {part_bytes = array<i64: 0, 32>, arena = "act"
+// CHECK-NEXT:  wpk.buffer "w.concat0(w, r)" {blob = "concat0(w, r)", parts = ["w", "r"], axis = 0 : i64, arena = "weights"
+// CHECK-NOT:   wpk.buffer "w.r"
+// CHECK:       wpk.phase "ewise_4"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.x"], input_offsets = array<i64: 0>, output = "[[A]]", output_offset = 0 : i64
+// CHECK:       wpk.phase "concat_5"
+// CHECK-NEXT:    wpk.tasks "ewise" {inputs = ["in.h"], input_offsets = array<i64: 0>, output = "[[A]]", output_offset = 8 : i64
+// CHECK-NEXT:  }
+// CHECK-NEXT:  wpk.phase "matmul_7"
+// CHECK-NEXT:    wpk.tasks "matmul" {inputs = ["[[A]]", "w.concat0(w, r)"]
+// Without concats-in-place, the concat copies both parts.
+// NOPLACE-LABEL: wpk.phase "concat_5"
+// NOPLACE-NEXT:    wpk.tasks "ewise" {inputs = ["t2"]
+// NOPLACE-NEXT:    wpk.tasks "ewise" {inputs = ["in.h"]

@@ -1,0 +1,90 @@
+// RUN: wavec-opt %s --split-input-file -p wave-stack-matmuls | filecheck %s
+// RUN: wavec-opt %s --split-input-file -p 'wave-cohort{sessions=4},wave-stack-matmuls{min-sessions=4}' | filecheck %s --check-prefix=C4
+// RUN: wavec-opt %s --split-input-file -p 'wave-cohort{sessions=3},wave-stack-matmuls{min-sessions=4}' | filecheck %s --check-prefix=C3
+// RUN: not wavec-opt %s -p 'wave-stack-matmuls{min-sessions=0}' 2>&1 | filecheck %s --check-prefix=BADOPT
+
+// One LSTM step after wave-fuse: x W^T adds h R^T + b as its epilogue. The two products become one matmul
+// over [x, h] and [W; R], with the bias as its epilogue; the inner matmul and the reshape between are gone.
+func.func @lstm_step_stacks() {
+  %x = wave.input "x" : tensor<1x1x8xf32>
+  %s = wave.input "h" : tensor<1x4xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %b = wave.weight "b" : tensor<16xf32>
+  %hr = wave.matmul %s, %r epilogue "add(%0, %1)"(%b) : (tensor<1x4xf32>, tensor<4x16xf32>, tensor<16xf32>) -> tensor<1x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %hr3 = wave.reshape %hr : (tensor<1x16xf32>) -> tensor<1x1x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%0, %1)"(%hr3) : (tensor<1x1x8xf32>, tensor<8x16xf32>, tensor<1x1x16xf32>) -> tensor<1x1x16xf32>
+  wave.output "g", %g : tensor<1x1x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @lstm_step_stacks
+// CHECK:         %[[H:.*]] = wave.reshape %s : (tensor<1x4xf32>) -> tensor<1x1x4xf32>
+// CHECK-NEXT:    %[[A:.*]] = wave.concat %x, %[[H]] {axis = 2 : i64} : (tensor<1x1x8xf32>, tensor<1x1x4xf32>) -> tensor<1x1x12xf32>
+// CHECK-NEXT:    %[[B:.*]] = wave.concat %w, %r {axis = 0 : i64} : (tensor<8x16xf32>, tensor<4x16xf32>) -> tensor<12x16xf32>
+// CHECK-NEXT:    %[[G:.*]] = wave.matmul %[[A]], %[[B]] epilogue "add(%0, %1)"(%b)
+// CHECK-NEXT:    wave.output "g", %[[G]]
+// CHECK-NOT:     wave.matmul
+
+// The cohort decides: at min-sessions (4) the pass stacks, below it (3) it leaves the graph as it is.
+// C4-LABEL: func.func @lstm_step_stacks
+// C4-NOT:     wave.matmul %s
+// C4:         wave.concat %w, %r
+// C3-LABEL: func.func @lstm_step_stacks
+// C3:         %hr = wave.matmul %s, %r
+// C3-NOT:     wave.concat
+// C3:         wave.output "g"
+
+// -----
+
+// Left alone: the inner product is read by something else too (a second output), so it must stay; and an
+// inner epilogue that is not a plain sum (a relu) does not distribute over the outer product.
+func.func @inner_read_twice() {
+  %x = wave.input "x" : tensor<1x8xf32>
+  %s = wave.input "h" : tensor<1x4xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %hr = wave.matmul %s, %r : (tensor<1x4xf32>, tensor<4x16xf32>) -> tensor<1x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%1, %0)"(%hr) : (tensor<1x8xf32>, tensor<8x16xf32>, tensor<1x16xf32>) -> tensor<1x16xf32>
+  wave.output "g", %g : tensor<1x16xf32>
+  wave.output "hr", %hr : tensor<1x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @inner_read_twice
+// CHECK:         %hr = wave.matmul %s, %r
+// CHECK:         %g = wave.matmul %x, %w epilogue "add(%1, %0)"(%hr)
+// CHECK-NOT:     wave.concat
+
+// -----
+
+func.func @inner_epilogue_not_a_sum() {
+  %x = wave.input "x" : tensor<1x8xf32>
+  %s = wave.input "h" : tensor<1x4xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %hr = wave.matmul %s, %r epilogue "relu(%0)"() : (tensor<1x4xf32>, tensor<4x16xf32>) -> tensor<1x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%0, %1)"(%hr) : (tensor<1x8xf32>, tensor<8x16xf32>, tensor<1x16xf32>) -> tensor<1x16xf32>
+  wave.output "g", %g : tensor<1x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @inner_epilogue_not_a_sum
+// CHECK:         %hr = wave.matmul %s, %r epilogue "relu(%0)"
+// CHECK-NOT:     wave.concat
+
+// -----
+
+// Left alone: b is computed per session (attention's keys), not a weight whose concat folds at compile time.
+func.func @b_not_a_weight() {
+  %x = wave.input "x" : tensor<1x8xf32>
+  %k = wave.input "k" : tensor<4x16xf32>
+  %s = wave.input "h" : tensor<1x4xf32>
+  %hr = wave.matmul %s, %k : (tensor<1x4xf32>, tensor<4x16xf32>) -> tensor<1x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%0, %1)"(%hr) : (tensor<1x8xf32>, tensor<8x16xf32>, tensor<1x16xf32>) -> tensor<1x16xf32>
+  wave.output "g", %g : tensor<1x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @b_not_a_weight
+// CHECK:         %hr = wave.matmul %s, %k
+// CHECK-NOT:     wave.concat
+
+// BADOPT: wave-stack-matmuls: min-sessions must be >= 1, got 0

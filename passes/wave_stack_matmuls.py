@@ -1,0 +1,128 @@
+"""`wave-stack-matmuls`: one matmul over a stacked contraction instead of a matmul whose epilogue adds another.
+
+After `wave-fuse`, an LSTM step is ``x W^T`` whose epilogue adds ``h R^T + b``, itself a matmul with a bias
+epilogue (frontends/onnx/ops_rnn.py `_project`). Both products share their output, and the sum of two matmuls is
+one matmul over their contractions side by side::
+
+    x W + (h R + b)  ==  [x, h] [W; R] + b
+
+so the pass rewrites
+
+    %hr = wave.matmul %h, %r epilogue "add(%0, %1)"(%b)
+    %g  = wave.matmul %x, %w epilogue "add(%0, %1)"(%hr)
+
+into ``wave.concat`` of the two a's along k, ``wave.concat`` of the two weights along k (wave-to-wpk folds a
+concat of weights into one weight of the profile, no phase), and one ``wave.matmul`` with the inner epilogue.
+It applies when both b's are `wave.weight`s of the same dtype, the outer epilogue is exactly the sum (``add(%0,
+%1)`` or ``add(%1, %0)``) of the inner matmul's result (through reshapes) read by nothing else, the inner
+epilogue is absent or adds inputs that broadcast to the outer result (it then applies to the whole sum), and
+neither matmul has a prologue.
+
+Why it pays only for a large cohort: the inner matmul reads the previous beat's state alone, so in a small one
+wave-hoist and wpk-schedule run it on idle workers at the beat's start, off the chain, and only the input's
+matmul waits for the encoder. Once the cohort fills every worker, nothing is idle, and the two matmuls run one
+after the other on the chain, each paying a GEMM task's fixed cost (Silero at 256 sessions: 13.1 and 13.4 us a
+task for 32 x 32 tiles of K = 128, back to back, bench/RESULTS.md twenty-third run). Once wave-cohort has run,
+the pass leaves a cohort of fewer than `min-sessions` as it is; before it (a module of one session) it stacks
+only when `min-sessions` is 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from wavec.dialects import wave
+
+_SUMS = ("add(%0, %1)", "add(%1, %0)")
+
+
+def _weight(value: SSAValue) -> wave.WeightOp | None:
+    """The `wave.weight` that is ``value`` itself, a 2-D [K, N] matrix (the form a stacked k concatenates)."""
+    op = value.owner
+    return op if isinstance(op, wave.WeightOp) and len(wave.shape_of(value)) == 2 else None
+
+
+def _sole_reader(value: SSAValue) -> Operation | None:
+    users = [use.operation for use in value.uses]
+    return users[0] if len(users) == 1 else None
+
+
+def inner_matmul(outer: wave.MatmulOp) -> wave.MatmulOp | None:
+    """The matmul whose result ``outer``'s epilogue adds, when the two stack (the module docstring), else None."""
+    if wave.epilogue_text(outer) not in _SUMS or len(outer.epilogue_inputs) != 1 or outer.prologue is not None:
+        return None
+    source, reshapes = wave.reshape_chain(outer.epilogue_inputs[0])
+    inner = source.owner
+    if not isinstance(inner, wave.MatmulOp) or inner.prologue is not None:
+        return None
+    chain = [inner, *reversed(reshapes), outer]
+    if any(_sole_reader(op.result) is not reader for op, reader in zip(chain, chain[1:])):
+        return None
+    w_outer, w_inner = _weight(outer.b), _weight(inner.b)
+    if w_outer is None or w_inner is None or w_outer.is_bf16 != w_inner.is_bf16:
+        return None
+    a_outer, a_inner = wave.shape_of(outer.a), wave.shape_of(inner.a)
+    if (wave.shape_of(outer.b)[1] != wave.shape_of(inner.b)[1] or math.prod(a_outer[:-1]) != math.prod(a_inner[:-1])
+            or wave.shape_of(outer.epilogue_inputs[0]) != wave.shape_of(outer.result)):
+        return None
+    if not _epilogue_distributes(inner, wave.shape_of(outer.result)):
+        return None
+    return inner
+
+
+def _epilogue_distributes(inner: wave.MatmulOp, out_shape: tuple[int, ...]) -> bool:
+    """Whether the inner epilogue may apply to the whole sum: none, or ``%0`` plus one input that broadcasts to
+    the outer result's shape (a bias)."""
+    text = wave.epilogue_text(inner)
+    return text is None or text in _SUMS and all(
+        wave.broadcast_shapes([wave.shape_of(v), out_shape]) == out_shape for v in inner.epilogue_inputs)
+
+
+def stack(outer: wave.MatmulOp, inner: wave.MatmulOp) -> wave.MatmulOp:
+    """Replaces ``outer`` and ``inner`` (and the reshapes between) with one matmul over [outer.a, inner.a] and
+    [outer.b; inner.b], inserted where ``outer`` was; returns it."""
+    a_shape = wave.shape_of(outer.a)
+    k_outer, k_inner = a_shape[-1], wave.shape_of(inner.a)[-1]
+    n = wave.shape_of(outer.b)[1]
+    inner_a = wave.ReshapeOp(inner.a, (*a_shape[:-1], k_inner))
+    a = wave.ConcatOp([outer.a, inner_a.result], len(a_shape) - 1, (*a_shape[:-1], k_outer + k_inner))
+    b = wave.ConcatOp([outer.b, inner.b], 0, (k_outer + k_inner, n))
+    stacked = wave.MatmulOp(a.result, b.result, wave.shape_of(outer.result), wave.epilogue_text(inner),
+                            list(inner.epilogue_inputs))
+    value = outer.epilogue_inputs[0]
+    Rewriter.replace_op(outer, [inner_a, a, b, stacked])
+    dead = []
+    while not isinstance(value.owner, wave.MatmulOp):
+        dead.append(value.owner)
+        value = value.owner.x
+    dead.append(inner)
+    for op in dead:
+        Rewriter.erase_op(op)
+    return stacked
+
+
+@dataclass(frozen=True)
+class WaveStackMatmuls(ModulePass):
+    """Rewrites a matmul whose epilogue adds another matmul's result into one matmul over both contractions
+    stacked (the module docstring), in a cohort of at least `min-sessions`."""
+
+    name = "wave-stack-matmuls"
+    min_sessions: int = field(default=1, metadata={"help": "smallest cohort (wave-cohort's N) the pass rewrites"})
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.min_sessions < 1:
+            raise PassFailedException(f"wave-stack-matmuls: min-sessions must be >= 1, got {self.min_sessions}")
+        if (wave.cohort_size(op) or 1) < self.min_sessions:
+            return
+        for outer in [o for o in op.walk() if isinstance(o, wave.MatmulOp)]:
+            inner = inner_matmul(outer)
+            if inner is not None:
+                stack(outer, inner)

@@ -1,0 +1,42 @@
+"""wave-stack-matmuls on the real Silero VAD: in a cohort of at least the default pipeline's min-sessions, its
+LSTM step is one matmul over [x, h] (one phase, not two), the encoder's last convolution writes x into the
+stacked operand (the concat's phase copies only h), wpk-verify proves the program, and the interpreter matches
+onnxruntime on staggered sessions.
+
+Tolerance: max abs error <= 1e-4 on `output` and `stateN` (float32 bodies against float32 onnxruntime; the
+stacked matmul sums its k in another order than the two matmuls did).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import wavec
+from wavec.audio import cohort_schedule
+from wavec.targets.interp import run_beats
+from wavec.models import silero_vad_path
+from wavec.reference import onnx_stateful_reference
+
+TOLERANCE = 1e-4
+SESSIONS, WORKERS, BEATS = 72, 8, 12
+SILERO = dict(bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")])
+
+
+def test_silero_lstm_is_one_matmul_and_matches_onnxruntime():
+    profile = wavec.compile(silero_vad_path(), sessions=SESSIONS, workers=WORKERS, **SILERO)
+    phases = [p["name"] for p in profile.meta["phases"]]
+    matmuls = [p for p in phases if p.startswith("matmul")]
+    assert len(matmuls) == 1, phases
+    stacked = next(p for p in profile.meta["phases"] if p["name"] == matmuls[0])
+    assert any(w.startswith("w.concat0(") for w in stacked["reads"]), stacked
+    parted = [t for t in profile.meta["tensors"] if t.get("part_bytes")]
+    assert len(parted) == 1 and parted[0]["part_bytes"] == [[0, 512]], parted  # x: 128 floats of [x, h]
+    frames, reset = cohort_schedule(SESSIONS, BEATS, seed=3)
+    assert reset[1:].any(), "some sessions must rejoin mid-stream"
+    got = run_beats(profile, {"input": frames}, reset)
+    want = onnx_stateful_reference(silero_vad_path(), {"input": frames}, reset, states=[("state", "stateN")],
+                                   bindings={"sr": 16000}, cohort_axes={"input": 0, "state": 1, "output": 0,
+                                                                        "stateN": 1})
+    for name in ("output", "stateN"):
+        err = float(np.abs(got[name] - want[name]).max())
+        assert err <= TOLERANCE, f"{name}: max abs error {err:.2e}"
