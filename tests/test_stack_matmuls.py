@@ -9,21 +9,29 @@ stacked matmul sums its k in another order than the two matmuls did).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
+import pytest
 
 import wavec
 from wavec.audio import cohort_schedule
 from wavec.targets.interp import run_beats
 from wavec.models import silero_vad_path
 from wavec.reference import onnx_stateful_reference
+from wavec.verify import VerificationError, verify_profile
 
 TOLERANCE = 1e-4
 SESSIONS, WORKERS, BEATS = 72, 8, 12
 SILERO = dict(bindings={"sr": 16000}, frames={"input": 576}, states=[("state", "stateN")])
 
 
-def test_silero_lstm_is_one_matmul_and_matches_onnxruntime():
-    profile = wavec.compile(silero_vad_path(), sessions=SESSIONS, workers=WORKERS, **SILERO)
+@pytest.fixture(scope="module")
+def profile():
+    return wavec.compile(silero_vad_path(), sessions=SESSIONS, workers=WORKERS, **SILERO)
+
+
+def test_silero_lstm_is_one_matmul_and_matches_onnxruntime(profile):
     phases = [p["name"] for p in profile.meta["phases"]]
     matmuls = [p for p in phases if p.startswith("matmul")]
     assert len(matmuls) == 1, phases
@@ -40,3 +48,14 @@ def test_silero_lstm_is_one_matmul_and_matches_onnxruntime():
     for name in ("output", "stateN"):
         err = float(np.abs(got[name] - want[name]).max())
         assert err <= TOLERANCE, f"{name}: max abs error {err:.2e}"
+
+
+def test_verify_takes_a_part_computed_in_place_as_a_read_of_its_own(profile):
+    """The stacked matmul reads [x, h] through one view, x written by the convolution and h by the concat's
+    copy. With the part declared (part_bytes), wpk-verify proves the program; without it, the same bytes read
+    as one tensor that two phases produced, which the dataflow check rejects."""
+    verify_profile(profile)
+    undeclared = copy.deepcopy(profile)
+    del next(t for t in undeclared.meta["tensors"] if t.get("part_bytes"))["part_bytes"]
+    with pytest.raises(VerificationError, match="mix of two producers"):
+        verify_profile(undeclared)
