@@ -15,7 +15,7 @@ into ``wave.concat`` of the two a's along k, ``wave.concat`` of the two weights 
 concat of weights into one weight of the profile, no phase), and one ``wave.matmul`` with the inner epilogue.
 It applies when both b's are `wave.weight`s of the same dtype, the outer epilogue is exactly the sum (``add(%0,
 %1)`` or ``add(%1, %0)``) of the inner matmul's result (through reshapes) read by nothing else, the inner
-epilogue is absent or adds inputs that broadcast to the outer result (it then applies to the whole sum), and
+epilogue is absent or adds a bias that varies along the columns alone (it then applies to the whole sum), and
 neither matmul has a prologue.
 
 Why it pays only for a large cohort: the inner matmul reads the previous beat's state alone, so in a small one
@@ -79,11 +79,13 @@ def inner_matmul(outer: wave.MatmulOp) -> wave.MatmulOp | None:
 
 
 def _epilogue_distributes(inner: wave.MatmulOp, out_shape: tuple[int, ...]) -> bool:
-    """Whether the inner epilogue may apply to the whole sum: none, or ``%0`` plus one input that broadcasts to
-    the outer result's shape (a bias)."""
+    """Whether the inner epilogue may apply to the whole sum: none, or ``%0`` plus one input that varies along the
+    last (column) axis alone (a bias). An input varying along a row axis is refused: the reshapes between the two
+    matmuls may lay the rows out differently, so it would meet other rows."""
     text = wave.epilogue_text(inner)
     return text is None or text in _SUMS and all(
-        wave.broadcast_shapes([wave.shape_of(v), out_shape]) == out_shape for v in inner.epilogue_inputs)
+        all(d == 1 for d in wave.shape_of(v)[:-1]) and wave.shape_of(v)[-1] in (1, out_shape[-1])
+        for v in inner.epilogue_inputs)
 
 
 def stack(outer: wave.MatmulOp, inner: wave.MatmulOp) -> wave.MatmulOp:

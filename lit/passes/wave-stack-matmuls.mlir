@@ -87,4 +87,24 @@ func.func @b_not_a_weight() {
 // CHECK:         %hr = wave.matmul %s, %k
 // CHECK-NOT:     wave.concat
 
+// -----
+
+// Left alone: the inner bias varies along a row axis, and the reshape lays the rows out anew, so after stacking
+// it would meet other rows than it did (found by a reviewer: flat row 2 took b[0], and would take b[1]).
+func.func @row_bias_refused() {
+  %x = wave.input "x" : tensor<3x2x2x8xf32>
+  %h = wave.input "h" : tensor<2x2x3x4xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %b = wave.weight "b" : tensor<1x2x1x16xf32>
+  %hr = wave.matmul %h, %r epilogue "add(%0, %1)"(%b) : (tensor<2x2x3x4xf32>, tensor<4x16xf32>, tensor<1x2x1x16xf32>) -> tensor<2x2x3x16xf32>
+  %hr2 = wave.reshape %hr : (tensor<2x2x3x16xf32>) -> tensor<3x2x2x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%0, %1)"(%hr2) : (tensor<3x2x2x8xf32>, tensor<8x16xf32>, tensor<3x2x2x16xf32>) -> tensor<3x2x2x16xf32>
+  wave.output "g", %g : tensor<3x2x2x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @row_bias_refused
+// CHECK:         %hr = wave.matmul %h, %r
+// CHECK-NOT:     wave.concat
+
 // BADOPT: wave-stack-matmuls: min-sessions must be >= 1, got 0
