@@ -94,19 +94,16 @@ def stack(outer: wave.MatmulOp, inner: wave.MatmulOp) -> wave.MatmulOp:
     a_shape = wave.shape_of(outer.a)
     k_outer, k_inner = a_shape[-1], wave.shape_of(inner.a)[-1]
     n = wave.shape_of(outer.b)[1]
-    inner_a = wave.ReshapeOp(inner.a, (*a_shape[:-1], k_inner))
-    a = wave.ConcatOp([outer.a, inner_a.result], len(a_shape) - 1, (*a_shape[:-1], k_outer + k_inner))
+    rows = (*a_shape[:-1], k_inner)
+    inner_a = [] if wave.shape_of(inner.a) == rows else [wave.ReshapeOp(inner.a, rows)]
+    a = wave.ConcatOp([outer.a, inner_a[0].result if inner_a else inner.a], len(a_shape) - 1,
+                      (*a_shape[:-1], k_outer + k_inner))
     b = wave.ConcatOp([outer.b, inner.b], 0, (k_outer + k_inner, n))
     stacked = wave.MatmulOp(a.result, b.result, wave.shape_of(outer.result), wave.epilogue_text(inner),
                             list(inner.epilogue_inputs))
-    value = outer.epilogue_inputs[0]
-    Rewriter.replace_op(outer, [inner_a, a, b, stacked])
-    dead = []
-    while not isinstance(value.owner, wave.MatmulOp):
-        dead.append(value.owner)
-        value = value.owner.x
-    dead.append(inner)
-    for op in dead:
+    reshapes = wave.reshape_chain(outer.epilogue_inputs[0])[1]  # from the outer's input back to the inner
+    Rewriter.replace_op(outer, [*inner_a, a, b, stacked])
+    for op in [*reshapes, inner]:
         Rewriter.erase_op(op)
     return stacked
 

@@ -448,14 +448,15 @@ class _Lowering:
                 or any(isinstance(r, (wave.OutputOp, wave.StateWriteOp)) for r in readers)
                 or not any(self.locs[v].per_session for v in op.operands)):
             return None
-        shape, index = wave.shape_of(concat.result), sources.index(op.result)
-        if as_block(_concat_part_views(concat, Loc("", 0, shape, True))[index]) is None:
+        shape = wave.shape_of(concat.result)
+        block = as_block(_concat_part_views(concat, Loc("", 0, shape, True))[sources.index(op.result)])
+        if block is None:
             return None
         if concat.result not in self.destinations:
             self.destinations[concat.result] = self.act_buffer(shape, True)
-        block = as_block(_concat_part_views(concat, self.destinations[concat.result])[index])
-        self.mark_part(block.buffer, block.offset, math.prod(block.session_shape))
-        return Loc(block.buffer, block.offset, wave.shape_of(op.result), True)
+        name = self.destinations[concat.result].buffer
+        self.mark_part(name, block.offset, math.prod(block.session_shape))
+        return Loc(name, block.offset, wave.shape_of(op.result), True)
 
     def mark_part(self, name: str, offset: int, elems: int) -> None:
         """Records on buffer ``name`` that its elements [offset, offset + elems) of each session are a part that
@@ -1084,9 +1085,7 @@ def _lower_boundary(lw: _Lowering, op: Operation, paired_outputs: dict[str, str]
                                        shape=_user_shape(shape[1:], axis), cohort_axis=axis)
     elif isinstance(op, wave.WeightOp):
         users = [use.operation for use in op.result.uses]
-        if users and all(is_weight_concat(u) for u in users):  # only a part of stacked weights: no bytes of its own
-            lw.locs[op.result] = Loc(f"w.{op.sym}", 0, wave.shape_of(op.result), False)
-        else:
+        if not users or not all(is_weight_concat(u) for u in users):  # else only a part of stacked weights: no bytes
             lw.locs[op.result] = lw.buffer(f"w.{op.sym}", "weights", "weight", wave.shape_of(op.result), False,
                                            blob=op.sym)
     elif isinstance(op, wave.StateOp):

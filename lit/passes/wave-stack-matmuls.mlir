@@ -107,4 +107,29 @@ func.func @row_bias_refused() {
 // CHECK:         %hr = wave.matmul %h, %r
 // CHECK-NOT:     wave.concat
 
+// -----
+
+// Three products summed: the first two stack (their a's have the same rows, so no reshape), and the third is
+// left as it is, because its partner's b is now a concat of weights, not a wave.weight (a known limit).
+func.func @three_products_stack_two() {
+  %x = wave.input "x" : tensor<2x8xf32>
+  %h = wave.input "h" : tensor<2x4xf32>
+  %z = wave.input "z" : tensor<2x3xf32>
+  %q = wave.weight "q" : tensor<3x16xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %b = wave.weight "b" : tensor<16xf32>
+  %zq = wave.matmul %z, %q epilogue "add(%0, %1)"(%b) : (tensor<2x3xf32>, tensor<3x16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  %hr = wave.matmul %h, %r epilogue "add(%1, %0)"(%zq) : (tensor<2x4xf32>, tensor<4x16xf32>, tensor<2x16xf32>) -> tensor<2x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%1, %0)"(%hr) : (tensor<2x8xf32>, tensor<8x16xf32>, tensor<2x16xf32>) -> tensor<2x16xf32>
+  wave.output "g", %g : tensor<2x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @three_products_stack_two
+// CHECK-NOT:     wave.reshape
+// CHECK:         %[[A:.*]] = wave.concat %h, %z {axis = 1 : i64}
+// CHECK-NEXT:    %[[B:.*]] = wave.concat %r, %q {axis = 0 : i64}
+// CHECK-NEXT:    %[[S:.*]] = wave.matmul %[[A]], %[[B]] epilogue "add(%0, %1)"(%b)
+// CHECK-NEXT:    %g = wave.matmul %x, %w epilogue "add(%1, %0)"(%[[S]])
+
 // BADOPT: wave-stack-matmuls: min-sessions must be >= 1, got 0
