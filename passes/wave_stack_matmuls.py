@@ -13,10 +13,12 @@ so the pass rewrites
 
 into ``wave.concat`` of the two a's along k, ``wave.concat`` of the two weights along k (wave-to-wpk folds a
 concat of weights into one weight of the profile, no phase), and one ``wave.matmul`` with the inner epilogue.
-It applies when both b's are `wave.weight`s of the same dtype, the outer epilogue is exactly the sum (``add(%0,
-%1)`` or ``add(%1, %0)``) of the inner matmul's result (through reshapes) read by nothing else, the inner
-epilogue is absent or adds a bias that varies along the columns alone (it then applies to the whole sum), and
-neither matmul has a prologue.
+The builder's LSTM (frontends/builder/lower.py) sums the two products and the bias in the outer epilogue
+(``add(add(%0, %1), %2)``); any outer epilogue that is a sum with ``%0`` and the inner result as addends stacks
+the same way, its other addends kept. It applies when both b's are `wave.weight`s of the same dtype, the inner
+matmul's result (through reshapes) is read by the outer's epilogue alone and as an addend of it, the inner
+epilogue is absent or a sum of ``%0`` and addends whose inputs vary along the columns alone (biases: they then
+apply to the whole sum), and neither matmul has a prologue.
 
 Why it pays only for a large cohort: the inner matmul reads the previous beat's state alone, so in a small one
 wave-hoist and wpk-schedule run it on idle workers at the beat's start, off the chain, and only the input's
@@ -29,6 +31,7 @@ only when `min-sessions` is 1.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -40,8 +43,7 @@ from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave
-
-_SUMS = ("add(%0, %1)", "add(%1, %0)")
+from wavec.opcodes import Expr, parse_expr
 
 
 def _weight(value: SSAValue) -> wave.WeightOp | None:
@@ -55,42 +57,86 @@ def _sole_reader(value: SSAValue) -> Operation | None:
     return users[0] if len(users) == 1 else None
 
 
-def inner_matmul(outer: wave.MatmulOp) -> wave.MatmulOp | None:
-    """The matmul whose result ``outer``'s epilogue adds, when the two stack (the module docstring), else None."""
-    if wave.epilogue_text(outer) not in _SUMS or len(outer.epilogue_inputs) != 1 or outer.prologue is not None:
+def _addends(expr: Expr) -> list[Expr]:
+    """The terms of ``expr`` read as a sum: ``add(add(%0, %1), %2)`` is [%0, %1, %2]."""
+    if expr.kind == "call" and expr.value == "add":
+        return [t for arg in expr.args for t in _addends(arg)]
+    return [expr]
+
+
+def _other_addends(text: str | None, *inputs: int) -> list[Expr] | None:
+    """The addends of epilogue ``text`` besides ``inputs`` (each an addend exactly once and read nowhere else),
+    or None when the epilogue is not such a sum. No epilogue is ``%0`` alone."""
+    terms = _addends(parse_expr(text)) if text is not None else [Expr("input", 0)]
+    alone = [t for t in terms if t.kind == "input" and t.value in inputs]
+    others = [t for t in terms if t not in alone]
+    if sorted(t.value for t in alone) != sorted(inputs) or any(t.inputs() & set(inputs) for t in others):
         return None
-    source, reshapes = wave.reshape_chain(outer.epilogue_inputs[0])
-    inner = source.owner
-    if not isinstance(inner, wave.MatmulOp) or inner.prologue is not None:
+    return others
+
+
+def _summed_matmul(outer: wave.MatmulOp) -> tuple[int, wave.MatmulOp] | None:
+    """The epilogue input index ``i`` (``%i``) and the matmul it reads through reshapes, when ``outer``'s
+    epilogue sums ``%0`` and ``%i`` as addends; the first such."""
+    for i, value in enumerate(outer.epilogue_inputs, start=1):
+        inner = wave.reshape_chain(value)[0].owner
+        if isinstance(inner, wave.MatmulOp) and _other_addends(wave.epilogue_text(outer), 0, i) is not None:
+            return i, inner
+    return None
+
+
+def inner_matmul(outer: wave.MatmulOp) -> tuple[int, wave.MatmulOp] | None:
+    """The epilogue input index and the matmul whose result ``outer``'s epilogue adds, when the two stack (the
+    module docstring), else None."""
+    found = None if outer.prologue is not None else _summed_matmul(outer)
+    if found is None:
         return None
+    index, inner = found
+    reshapes = wave.reshape_chain(outer.epilogue_inputs[index - 1])[1]
     chain = [inner, *reversed(reshapes), outer]
-    if any(_sole_reader(op.result) is not reader for op, reader in zip(chain, chain[1:])):
+    if inner.prologue is not None or any(_sole_reader(op.result) is not reader for op, reader in zip(chain, chain[1:])):
         return None
     w_outer, w_inner = _weight(outer.b), _weight(inner.b)
     if w_outer is None or w_inner is None or w_outer.is_bf16 != w_inner.is_bf16:
         return None
     a_outer, a_inner = wave.shape_of(outer.a), wave.shape_of(inner.a)
     if (wave.shape_of(outer.b)[1] != wave.shape_of(inner.b)[1] or math.prod(a_outer[:-1]) != math.prod(a_inner[:-1])
-            or wave.shape_of(outer.epilogue_inputs[0]) != wave.shape_of(outer.result)):
+            or wave.shape_of(outer.epilogue_inputs[index - 1]) != wave.shape_of(outer.result)):
         return None
     if not _epilogue_distributes(inner, wave.shape_of(outer.result)):
         return None
-    return inner
+    return index, inner
 
 
 def _epilogue_distributes(inner: wave.MatmulOp, out_shape: tuple[int, ...]) -> bool:
-    """Whether the inner epilogue may apply to the whole sum: none, or ``%0`` plus one input that varies along the
-    last (column) axis alone (a bias). An input varying along a row axis is refused: the reshapes between the two
-    matmuls may lay the rows out differently, so it would meet other rows."""
-    text = wave.epilogue_text(inner)
-    return text is None or text in _SUMS and all(
+    """Whether the inner epilogue may apply to the whole sum: none, or ``%0`` plus addends that read inputs varying
+    along the last (column) axis alone (biases). An input varying along a row axis is refused: the reshapes
+    between the two matmuls may lay the rows out differently, so it would meet other rows."""
+    others = _other_addends(wave.epilogue_text(inner), 0)
+    return others is not None and all(
         all(d == 1 for d in wave.shape_of(v)[:-1]) and wave.shape_of(v)[-1] in (1, out_shape[-1])
         for v in inner.epilogue_inputs)
 
 
-def stack(outer: wave.MatmulOp, inner: wave.MatmulOp) -> wave.MatmulOp:
-    """Replaces ``outer`` and ``inner`` (and the reshapes between) with one matmul over [outer.a, inner.a] and
-    [outer.b; inner.b], inserted where ``outer`` was; returns it."""
+def _stacked_epilogue(outer: wave.MatmulOp, index: int, inner: wave.MatmulOp) -> tuple[str | None, list[SSAValue]]:
+    """The stacked matmul's epilogue: ``%0`` (both products) plus the outer epilogue's other addends and the inner
+    one's, each input renumbered into one list (outer's inputs but ``%index``, then inner's)."""
+    outer_inputs = [v for i, v in enumerate(outer.epilogue_inputs, start=1) if i != index]
+    outer_map = {0: Expr("input", 0), **{i: Expr("input", i if i < index else i - 1)
+                                          for i in range(1, len(outer.epilogue_inputs) + 1) if i != index}}
+    inner_map = {i: Expr("input", len(outer_inputs) + i) for i in range(1, len(inner.epilogue_inputs) + 1)}
+    terms = [Expr("input", 0),
+             *(t.substitute(outer_map) for t in _other_addends(wave.epilogue_text(outer), 0, index)),
+             *(t.substitute(inner_map) for t in _other_addends(wave.epilogue_text(inner), 0))]
+    if len(terms) == 1:
+        return None, []
+    return str(functools.reduce(lambda a, b: Expr("call", "add", (a, b)), terms)), [*outer_inputs, *inner.epilogue_inputs]
+
+
+def stack(outer: wave.MatmulOp, index: int, inner: wave.MatmulOp) -> wave.MatmulOp:
+    """Replaces ``outer`` and ``inner`` (read as ``outer``'s epilogue input ``%index``, through reshapes, which
+    go too) with one matmul over [outer.a, inner.a] and [outer.b; inner.b], inserted where ``outer`` was;
+    returns it."""
     a_shape = wave.shape_of(outer.a)
     k_outer, k_inner = a_shape[-1], wave.shape_of(inner.a)[-1]
     n = wave.shape_of(outer.b)[1]
@@ -99,9 +145,8 @@ def stack(outer: wave.MatmulOp, inner: wave.MatmulOp) -> wave.MatmulOp:
     a = wave.ConcatOp([outer.a, inner_a[0].result if inner_a else inner.a], len(a_shape) - 1,
                       (*a_shape[:-1], k_outer + k_inner))
     b = wave.ConcatOp([outer.b, inner.b], 0, (k_outer + k_inner, n))
-    stacked = wave.MatmulOp(a.result, b.result, wave.shape_of(outer.result), wave.epilogue_text(inner),
-                            list(inner.epilogue_inputs))
-    reshapes = wave.reshape_chain(outer.epilogue_inputs[0])[1]  # from the outer's input back to the inner
+    stacked = wave.MatmulOp(a.result, b.result, wave.shape_of(outer.result), *_stacked_epilogue(outer, index, inner))
+    reshapes = wave.reshape_chain(outer.epilogue_inputs[index - 1])[1]  # from the outer's input back to the inner
     Rewriter.replace_op(outer, [*inner_a, a, b, stacked])
     for op in [*reshapes, inner]:
         Rewriter.erase_op(op)
@@ -122,6 +167,6 @@ class WaveStackMatmuls(ModulePass):
         if (wave.cohort_size(op) or 1) < self.min_sessions:
             return
         for outer in [o for o in op.walk() if isinstance(o, wave.MatmulOp)]:
-            inner = inner_matmul(outer)
-            if inner is not None:
-                stack(outer, inner)
+            found = inner_matmul(outer)
+            if found is not None:
+                stack(outer, *found)

@@ -34,11 +34,11 @@ def max_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def run_against_reference(model, *, sessions: int = 3, beats: int = 50, workers: int = 4, seed: int = 0,
-                          tolerance: float = 1e-4) -> dict[str, float]:
-    """Compiles ``model``, runs ``beats`` beats on interp with staggered joins, checks each output's
-    max_error <= tolerance against the reference (before a session's first join it holds its initial
-    state in both), and returns the errors."""
-    profile = model.compile(sessions=sessions, workers=workers)
+                          tolerance: float = 1e-4, pipeline: str | None = None) -> dict[str, float]:
+    """Compiles ``model`` (with ``pipeline``, a wavec-opt spec, else the default pipeline), runs ``beats`` beats
+    on interp with staggered joins, checks each output's max_error <= tolerance against the reference (before a
+    session's first join it holds its initial state in both), and returns the errors."""
+    profile = model.compile(sessions=sessions, workers=workers, pipeline=pipeline)
     inputs = fresh_inputs(model, beats, sessions, seed)
     reset = staggered_reset(sessions, beats)
     got = profile.run(inputs, backend="interp", reset=reset, seed=seed)

@@ -5,6 +5,10 @@ onnxruntime on staggered sessions.
 
 Tolerance: max abs error <= 1e-4 on `output` and `stateN` (float32 bodies against float32 onnxruntime; the
 stacked matmul sums its k in another order than the two matmuls did).
+
+Beyond Silero, the builder's LSTM stack (whose cells sum x W, h R and the bias in one epilogue) stacked at every
+cohort size matches its float64 numpy reference on fresh random frames with staggered joins: max |interp - ref|
+/ (1 + |ref|) <= 1e-4, as tests/test_zoo.py holds the unstacked program.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import numpy as np
 import pytest
 
 import wavec
+from builder_harness import run_against_reference
+from wavec import zoo
+from wavec.driver import default_pipeline
 from wavec.audio import cohort_schedule
 from wavec.targets.interp import run_beats
 from wavec.models import silero_vad_path
@@ -59,3 +66,15 @@ def test_verify_takes_a_part_computed_in_place_as_a_read_of_its_own(profile):
     del next(t for t in undeclared.meta["tensors"] if t.get("part_bytes"))["part_bytes"]
     with pytest.raises(VerificationError, match="mix of two producers"):
         verify_profile(undeclared)
+
+
+def test_builder_lstm_stack_stacked_matches_its_reference():
+    sessions, workers = 3, 4
+    model = zoo.get("lstm_stack:tiny")
+    default = default_pipeline(sessions, workers)
+    stacking = default.replace("wave-stack-matmuls{min-sessions=65}", "wave-stack-matmuls{min-sessions=1}")
+    assert stacking != default
+    matmuls = {spec: sum(p["name"].startswith("matmul") for p in model.compile(
+        sessions=sessions, workers=workers, pipeline=spec).meta["phases"]) for spec in (default, stacking)}
+    assert matmuls[stacking] == matmuls[default] - 2, matmuls  # one matmul fewer a layer, two layers
+    run_against_reference(model, sessions=sessions, workers=workers, beats=40, tolerance=1e-4, pipeline=stacking)

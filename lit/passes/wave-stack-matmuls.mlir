@@ -132,4 +132,62 @@ func.func @three_products_stack_two() {
 // CHECK-NEXT:    %[[S:.*]] = wave.matmul %[[A]], %[[B]] epilogue "add(%0, %1)"(%b)
 // CHECK-NEXT:    %g = wave.matmul %x, %w epilogue "add(%1, %0)"(%[[S]])
 
+// -----
+
+// The builder's LSTM: the outer epilogue sums x W, h R and the bias. The bias stays an addend of the stacked
+// matmul's epilogue, renumbered; an outer addend that reads the product twice (a product squared) is refused.
+func.func @builder_lstm_sum_of_three() {
+  %x = wave.input "x" : tensor<3x1x8xf32>
+  %h = wave.input "h" : tensor<3x1x4xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %b = wave.weight "b" : tensor<16xf32>
+  %hr = wave.matmul %h, %r : (tensor<3x1x4xf32>, tensor<4x16xf32>) -> tensor<3x1x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(%2, add(%0, %1))"(%hr, %b) : (tensor<3x1x8xf32>, tensor<8x16xf32>, tensor<3x1x16xf32>, tensor<16xf32>) -> tensor<3x1x16xf32>
+  wave.output "g", %g : tensor<3x1x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @builder_lstm_sum_of_three
+// CHECK:         %[[A:.*]] = wave.concat %x, %h {axis = 2 : i64}
+// CHECK-NEXT:    %[[B:.*]] = wave.concat %w, %r {axis = 0 : i64}
+// CHECK-NEXT:    %{{.*}} = wave.matmul %[[A]], %[[B]] epilogue "add(%0, %1)"(%b)
+// CHECK-NOT:     wave.matmul
+
+// -----
+
+func.func @product_read_twice_refused() {
+  %x = wave.input "x" : tensor<2x8xf32>
+  %h = wave.input "h" : tensor<2x4xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %hr = wave.matmul %h, %r : (tensor<2x4xf32>, tensor<4x16xf32>) -> tensor<2x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(add(%0, %1), mul(%1, %1))"(%hr) : (tensor<2x8xf32>, tensor<8x16xf32>, tensor<2x16xf32>) -> tensor<2x16xf32>
+  wave.output "g", %g : tensor<2x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @product_read_twice_refused
+// CHECK:         %hr = wave.matmul %h, %r
+// CHECK-NOT:     wave.concat
+
+// -----
+
+// Both epilogues keep their other addends: the outer's row-varying residual %y and the inner's bias %c, the
+// inputs renumbered in one list (the outer's first).
+func.func @both_epilogues_keep_addends() {
+  %x = wave.input "x" : tensor<2x8xf32>
+  %h = wave.input "h" : tensor<2x4xf32>
+  %y = wave.input "y" : tensor<2x16xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %c = wave.weight "c" : tensor<16xf32>
+  %hr = wave.matmul %h, %r epilogue "add(mul(%1, 2.0), %0)"(%c) : (tensor<2x4xf32>, tensor<4x16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(add(%1, %0), %2)"(%y, %hr) : (tensor<2x8xf32>, tensor<8x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<2x16xf32>
+  wave.output "g", %g : tensor<2x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @both_epilogues_keep_addends
+// CHECK:         %[[A:.*]] = wave.concat %x, %h {axis = 1 : i64}
+// CHECK-NEXT:    %[[B:.*]] = wave.concat %w, %r {axis = 0 : i64}
+// CHECK-NEXT:    %{{.*}} = wave.matmul %[[A]], %[[B]] epilogue "add(add(%0, %1), mul(%2, 2.0))"(%y, %c)
+
 // BADOPT: wave-stack-matmuls: min-sessions must be >= 1, got 0
