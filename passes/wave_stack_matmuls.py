@@ -18,7 +18,8 @@ The builder's LSTM (frontends/builder/lower.py) sums the two products and the bi
 the same way, its other addends kept. It applies when both b's are `wave.weight`s of the same dtype, the inner
 matmul's result (through reshapes) is read by the outer's epilogue alone and as an addend of it, the inner
 epilogue is absent or a sum of ``%0`` and addends whose inputs vary along the columns alone (biases: they then
-apply to the whole sum), and neither matmul has a prologue.
+apply to the whole sum), neither matmul has a prologue, and the stacked matmul reads no more inputs than a
+task has slots (wavec.opcodes.MAX_INPUTS: a, b and its epilogue's).
 
 Why it pays only for a large cohort: the inner matmul reads the previous beat's state alone, so in a small one
 wave-hoist and wpk-schedule run it on idle workers at the beat's start, off the chain, and only the input's
@@ -43,7 +44,7 @@ from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from wavec.dialects import wave
-from wavec.opcodes import Expr, parse_expr
+from wavec.opcodes import MAX_INPUTS, Expr, parse_expr
 
 
 def _weight(value: SSAValue) -> wave.WeightOp | None:
@@ -64,10 +65,9 @@ def _addends(expr: Expr) -> list[Expr]:
     return [expr]
 
 
-def _other_addends(text: str | None, *inputs: int) -> list[Expr] | None:
-    """The addends of epilogue ``text`` besides ``inputs`` (each an addend exactly once and read nowhere else),
-    or None when the epilogue is not such a sum. No epilogue is ``%0`` alone."""
-    terms = _addends(parse_expr(text)) if text is not None else [Expr("input", 0)]
+def _other_addends(terms: list[Expr], *inputs: int) -> list[Expr] | None:
+    """The addends ``terms`` besides ``inputs`` (each an addend exactly once and read nowhere else), or None when
+    they are not such a sum."""
     alone = [t for t in terms if t.kind == "input" and t.value in inputs]
     others = [t for t in terms if t not in alone]
     if sorted(t.value for t in alone) != sorted(inputs) or any(t.inputs() & set(inputs) for t in others):
@@ -75,68 +75,92 @@ def _other_addends(text: str | None, *inputs: int) -> list[Expr] | None:
     return others
 
 
-def _summed_matmul(outer: wave.MatmulOp) -> tuple[int, wave.MatmulOp] | None:
-    """The epilogue input index ``i`` (``%i``) and the matmul it reads through reshapes, when ``outer``'s
-    epilogue sums ``%0`` and ``%i`` as addends; the first such."""
-    for i, value in enumerate(outer.epilogue_inputs, start=1):
-        inner = wave.reshape_chain(value)[0].owner
-        if isinstance(inner, wave.MatmulOp) and _other_addends(wave.epilogue_text(outer), 0, i) is not None:
-            return i, inner
+def _epilogue_addends(op: wave.MatmulOp) -> list[Expr]:
+    """The addends of ``op``'s epilogue; no epilogue is ``%0`` alone."""
+    text = wave.epilogue_text(op)
+    return _addends(parse_expr(text)) if text is not None else [Expr("input", 0)]
+
+
+@dataclass(frozen=True)
+class Stacking:
+    """Two matmuls that stack: ``outer``'s epilogue input ``%index`` is ``inner``'s result through ``reshapes``
+    (from the input back to the inner), and both epilogues' addends besides the products."""
+
+    outer: wave.MatmulOp
+    inner: wave.MatmulOp
+    index: int
+    reshapes: list[wave.ReshapeOp]
+    outer_addends: list[Expr]
+    inner_addends: list[Expr]
+
+    def epilogue(self) -> tuple[str | None, list[SSAValue]]:
+        """The stacked matmul's epilogue: ``%0`` (both products) plus both epilogues' other addends, over the
+        outer's inputs but ``%index``, then the inner's, each value once (as wave-fuse's `_fused_operands`)."""
+        outer_inputs = list(self.outer.epilogue_inputs)
+        inputs = [v for i, v in enumerate(outer_inputs, start=1) if i != self.index]
+        inputs += [v for v in self.inner.epilogue_inputs if v not in inputs]
+
+        def renumber(values) -> dict[int, Expr]:
+            return {i: Expr("input", 1 + inputs.index(v)) for i, v in enumerate(values, start=1) if v in inputs}
+
+        terms = [Expr("input", 0), *(t.substitute(renumber(outer_inputs)) for t in self.outer_addends),
+                 *(t.substitute(renumber(self.inner.epilogue_inputs)) for t in self.inner_addends)]
+        if len(terms) == 1:
+            return None, []
+        return str(functools.reduce(lambda a, b: Expr("call", "add", (a, b)), terms)), inputs
+
+
+def _summed_matmul(outer: wave.MatmulOp) -> Stacking | None:
+    """The first epilogue input of ``outer`` that is a matmul's result (through reshapes), an addend of the
+    epilogue beside ``%0``, from a matmul whose own epilogue is ``%0`` plus addends; as a Stacking."""
+    terms = _epilogue_addends(outer)
+    for index, value in enumerate(outer.epilogue_inputs, start=1):
+        source, reshapes = wave.reshape_chain(value)
+        others = _other_addends(terms, 0, index)
+        if not isinstance(source.owner, wave.MatmulOp) or others is None:
+            continue
+        inner_others = _other_addends(_epilogue_addends(source.owner), 0)
+        if inner_others is not None:
+            return Stacking(outer, source.owner, index, reshapes, others, inner_others)
     return None
 
 
-def inner_matmul(outer: wave.MatmulOp) -> tuple[int, wave.MatmulOp] | None:
-    """The epilogue input index and the matmul whose result ``outer``'s epilogue adds, when the two stack (the
-    module docstring), else None."""
+def stacking(outer: wave.MatmulOp) -> Stacking | None:
+    """How ``outer`` stacks with the matmul its epilogue adds (the module docstring), or None when it does not."""
     found = None if outer.prologue is not None else _summed_matmul(outer)
-    if found is None:
+    if found is None or found.inner.prologue is not None:
         return None
-    index, inner = found
-    reshapes = wave.reshape_chain(outer.epilogue_inputs[index - 1])[1]
-    chain = [inner, *reversed(reshapes), outer]
-    if inner.prologue is not None or any(_sole_reader(op.result) is not reader for op, reader in zip(chain, chain[1:])):
+    inner = found.inner
+    chain = [inner, *reversed(found.reshapes), outer]
+    if any(_sole_reader(op.result) is not reader for op, reader in zip(chain, chain[1:])):
         return None
     w_outer, w_inner = _weight(outer.b), _weight(inner.b)
     if w_outer is None or w_inner is None or w_outer.is_bf16 != w_inner.is_bf16:
         return None
     a_outer, a_inner = wave.shape_of(outer.a), wave.shape_of(inner.a)
+    out_shape = wave.shape_of(outer.result)
     if (wave.shape_of(outer.b)[1] != wave.shape_of(inner.b)[1] or math.prod(a_outer[:-1]) != math.prod(a_inner[:-1])
-            or wave.shape_of(outer.epilogue_inputs[index - 1]) != wave.shape_of(outer.result)):
+            or wave.shape_of(outer.epilogue_inputs[found.index - 1]) != out_shape):
         return None
-    if not _epilogue_distributes(inner, wave.shape_of(outer.result)):
+    if not all(_varies_along_columns_alone(v, out_shape) for v in inner.epilogue_inputs):
         return None
-    return index, inner
+    if 2 + len(found.epilogue()[1]) > MAX_INPUTS:  # a, b and the epilogue's inputs: a task's input slots
+        return None
+    return found
 
 
-def _epilogue_distributes(inner: wave.MatmulOp, out_shape: tuple[int, ...]) -> bool:
-    """Whether the inner epilogue may apply to the whole sum: none, or ``%0`` plus addends that read inputs varying
-    along the last (column) axis alone (biases). An input varying along a row axis is refused: the reshapes
-    between the two matmuls may lay the rows out differently, so it would meet other rows."""
-    others = _other_addends(wave.epilogue_text(inner), 0)
-    return others is not None and all(
-        all(d == 1 for d in wave.shape_of(v)[:-1]) and wave.shape_of(v)[-1] in (1, out_shape[-1])
-        for v in inner.epilogue_inputs)
+def _varies_along_columns_alone(value: SSAValue, out_shape: tuple[int, ...]) -> bool:
+    """Whether an inner epilogue input is a bias, which may then apply to the whole sum. An input varying along a
+    row axis is refused: the reshapes between the two matmuls may lay the rows out differently, so it would meet
+    other rows."""
+    shape = wave.shape_of(value)
+    return all(d == 1 for d in shape[:-1]) and shape[-1] in (1, out_shape[-1])
 
 
-def _stacked_epilogue(outer: wave.MatmulOp, index: int, inner: wave.MatmulOp) -> tuple[str | None, list[SSAValue]]:
-    """The stacked matmul's epilogue: ``%0`` (both products) plus the outer epilogue's other addends and the inner
-    one's, each input renumbered into one list (outer's inputs but ``%index``, then inner's)."""
-    outer_inputs = [v for i, v in enumerate(outer.epilogue_inputs, start=1) if i != index]
-    outer_map = {0: Expr("input", 0), **{i: Expr("input", i if i < index else i - 1)
-                                          for i in range(1, len(outer.epilogue_inputs) + 1) if i != index}}
-    inner_map = {i: Expr("input", len(outer_inputs) + i) for i in range(1, len(inner.epilogue_inputs) + 1)}
-    terms = [Expr("input", 0),
-             *(t.substitute(outer_map) for t in _other_addends(wave.epilogue_text(outer), 0, index)),
-             *(t.substitute(inner_map) for t in _other_addends(wave.epilogue_text(inner), 0))]
-    if len(terms) == 1:
-        return None, []
-    return str(functools.reduce(lambda a, b: Expr("call", "add", (a, b)), terms)), [*outer_inputs, *inner.epilogue_inputs]
-
-
-def stack(outer: wave.MatmulOp, index: int, inner: wave.MatmulOp) -> wave.MatmulOp:
-    """Replaces ``outer`` and ``inner`` (read as ``outer``'s epilogue input ``%index``, through reshapes, which
-    go too) with one matmul over [outer.a, inner.a] and [outer.b; inner.b], inserted where ``outer`` was;
-    returns it."""
+def stack(found: Stacking) -> wave.MatmulOp:
+    """Replaces the outer and inner matmuls of ``found`` (and the reshapes between) with one matmul over
+    [outer.a, inner.a] and [outer.b; inner.b], inserted where the outer was; returns it."""
+    outer, inner = found.outer, found.inner
     a_shape = wave.shape_of(outer.a)
     k_outer, k_inner = a_shape[-1], wave.shape_of(inner.a)[-1]
     n = wave.shape_of(outer.b)[1]
@@ -145,10 +169,9 @@ def stack(outer: wave.MatmulOp, index: int, inner: wave.MatmulOp) -> wave.Matmul
     a = wave.ConcatOp([outer.a, inner_a[0].result if inner_a else inner.a], len(a_shape) - 1,
                       (*a_shape[:-1], k_outer + k_inner))
     b = wave.ConcatOp([outer.b, inner.b], 0, (k_outer + k_inner, n))
-    stacked = wave.MatmulOp(a.result, b.result, wave.shape_of(outer.result), *_stacked_epilogue(outer, index, inner))
-    reshapes = wave.reshape_chain(outer.epilogue_inputs[index - 1])[1]  # from the outer's input back to the inner
+    stacked = wave.MatmulOp(a.result, b.result, wave.shape_of(outer.result), *found.epilogue())
     Rewriter.replace_op(outer, [*inner_a, a, b, stacked])
-    for op in [*reshapes, inner]:
+    for op in [*found.reshapes, inner]:
         Rewriter.erase_op(op)
     return stacked
 
@@ -167,6 +190,6 @@ class WaveStackMatmuls(ModulePass):
         if (wave.cohort_size(op) or 1) < self.min_sessions:
             return
         for outer in [o for o in op.walk() if isinstance(o, wave.MatmulOp)]:
-            found = inner_matmul(outer)
+            found = stacking(outer)
             if found is not None:
-                stack(outer, *found)
+                stack(found)

@@ -190,4 +190,25 @@ func.func @both_epilogues_keep_addends() {
 // CHECK-NEXT:    %[[B:.*]] = wave.concat %w, %r {axis = 0 : i64}
 // CHECK-NEXT:    %{{.*}} = wave.matmul %[[A]], %[[B]] epilogue "add(add(%0, %1), mul(%2, 2.0))"(%y, %c)
 
+// -----
+
+// Left alone: stacked, the matmul would read a, b and three epilogue inputs (%y, %c, %d), more than a task's
+// four input slots (wavec.opcodes.MAX_INPUTS), which wave-to-wpk would refuse.
+func.func @too_many_inputs_refused() {
+  %x = wave.input "x" : tensor<2x8xf32>
+  %h = wave.input "h" : tensor<2x4xf32>
+  %y = wave.input "y" : tensor<2x16xf32>
+  %r = wave.weight "r" : tensor<4x16xf32>
+  %w = wave.weight "w" : tensor<8x16xf32>
+  %c = wave.weight "c" : tensor<16xf32>
+  %d = wave.weight "d" : tensor<16xf32>
+  %hr = wave.matmul %h, %r epilogue "add(add(%0, %1), %2)"(%c, %d) : (tensor<2x4xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  %g = wave.matmul %x, %w epilogue "add(add(%0, %1), %2)"(%hr, %y) : (tensor<2x8xf32>, tensor<8x16xf32>, tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<2x16xf32>
+  wave.output "g", %g : tensor<2x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @too_many_inputs_refused
+// CHECK:         %hr = wave.matmul %h, %r
+// CHECK-NOT:     wave.concat
+
 // BADOPT: wave-stack-matmuls: min-sessions must be >= 1, got 0
