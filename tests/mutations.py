@@ -201,9 +201,13 @@ def drop_task(profile, rng=None, row=None):
     tid = _tid(p, r)
     p.payloads = np.delete(p.payloads, r)
     p.meta["worker_tasks"] = [[b - (b > r), e - (e > r)] for b, e in p.meta["worker_tasks"]]
+    before = int(np.count_nonzero(profile.payloads["task"] < tid))  # phases counting tasks hold them in id order
     for ph in p.meta.get("phases") or []:
         if isinstance(ph.get("tasks"), list):
             ph["tasks"] = [t for t in ph["tasks"] if t != tid]
+        elif 0 <= before < ph["tasks"]:
+            ph["tasks"] -= 1  # the phase that held it: the table stays consistent, the dataflow must tell
+        before -= ph["tasks"] if isinstance(ph.get("tasks"), int) else 0
     return p, f"task {tid} deleted"
 
 

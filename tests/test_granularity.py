@@ -3,8 +3,8 @@ wpk-verify works within a memory budget.
 
 Over the tile budgets a program gets whole-buffer liveness and a barrier per phase; it is still proved
 race-free, and it computes what the tile-granular program computes, bit for bit (the same bodies in the
-same order per element, other offsets and waits). Over the verifier's budget the pass leaves the program
-unproved and says so; `wavec verify` exits 3.
+same order per element, other offsets and waits). Over the task-level proof's budget the program is proved
+phase by phase; at level `task` the pass leaves it unproved and says so, and `wavec verify` exits 3.
 """
 
 from __future__ import annotations
@@ -74,20 +74,27 @@ def test_both_granularities_compute_the_same_bits(model, tile_profile, coarse_pr
         assert np.array_equal(tile[name], coarse[name]), name
 
 
-def test_verifier_budget_is_not_a_violation(tile_profile, tmp_path, capsys):
+def test_over_the_budget_the_proof_is_phase_by_phase(tile_profile, tmp_path, capsys):
+    """Over the task-level budget `auto` proves the program phase by phase; at level `task` it is left
+    unproved, which is not a violation (`wavec verify` exits 3)."""
     with pytest.raises(VerificationTooLarge, match="over the verifier's budget of 1 "):
-        verify_profile(tile_profile, max_incidences=1)
+        verify_profile(tile_profile, max_incidences=1, level="task")
+    assert verify_profile(tile_profile, max_incidences=1).level == "phase"
     tile_profile.save(tmp_path / "p")
-    assert cli_main(["verify", str(tmp_path / "p"), "--max-incidences", "1"]) == 3
+    assert cli_main(["verify", str(tmp_path / "p"), "--max-incidences", "1", "--level", "task"]) == 3
     assert "not verified" in capsys.readouterr().err
+    assert cli_main(["verify", str(tmp_path / "p"), "--max-incidences", "1"]) == 0
+    assert "verified at phase level:" in capsys.readouterr().out
     assert cli_main(["verify", str(tmp_path / "p"), "--max-incidences", "0"]) == 0
     assert "verified:" in capsys.readouterr().out
     assert cli_main(["verify", str(tmp_path / "p"), "--max-incidences", "-1"]) == 1
     assert "--max-incidences must be >= 0" in capsys.readouterr().err
 
 
-def test_wpk_verify_over_budget_warns_and_records_it(model, capfd):
+def test_wpk_verify_over_budget_proves_phase_by_phase_or_warns_at_task_level(model, capfd):
     profile = model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline(verify="{max-incidences=1}"))
+    assert profile.meta["schedule"]["verified"].startswith("verified at phase level:")
+    profile = model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline(verify="{max-incidences=1 level=task}"))
     assert profile.meta["schedule"]["verified"].startswith("not verified:")
     assert "wpk-verify: warning: not verified" in capfd.readouterr().err
 

@@ -1,11 +1,13 @@
 """Mutation test of the verifier on real compiled profiles (the issue's acceptance test).
 
-Two profiles are compiled from models: the real Silero VAD (4 sessions, 132 workers) and a small ONNX
-graph whose matmul is cut into element tiles (MatMul [1,64] x [64,512], Relu, Add of a state, Tanh; 3
-sessions, 8 workers). For every fault kind of tests/mutations.py (``KINDS``: at least 20, covering
-dependencies, tiles and offsets, arenas, session slots, double buffers and records) a seeded pick of
-targets is mutated, and `verify_profile` must raise VerificationError for every mutant; the clean
-profiles must pass.
+Two models are compiled: the real Silero VAD (4 sessions, 132 workers) and a small ONNX graph whose
+matmul is cut into element tiles (MatMul [1,64] x [64,512], Relu, Add of a state, Tanh; 3 sessions, 8
+workers), each with the default pipeline's tile-level dependencies and with a barrier per phase
+(``wpk-schedule{granularity=phase}``, the schedule of programs too large for tile dependencies). For every
+fault kind of tests/mutations.py (``KINDS``: at least 20, covering dependencies, tiles and offsets,
+arenas, session slots, double buffers and records) a seeded pick of targets is mutated, and both proofs,
+`verify_profile` at level ``task`` and at level ``phase`` (wavec/verify_phases.py), must raise
+VerificationError for every mutant; the clean profiles must pass both.
 
 A fault must be real. Some kinds can build harmless mutants on some targets (a dropped wait another wait
 or the worker order implies; a wait retargeted to a counter whose signallers follow the producer anyway;
@@ -30,10 +32,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import mutations as mut  # noqa: E402
 
-from wavec.errors import VerificationError  # noqa: E402
+from wavec.errors import VerificationError, VerificationTooLarge  # noqa: E402
 from wavec.verify import verify_profile  # noqa: E402
 
 TARGETS = 4  # faults per kind and profile
+LEVELS = ("task", "phase")
 SEEDS = (0, 1, 2)
 BEATS = 2
 
@@ -89,17 +92,30 @@ def profiles():
     import wavec.models
     from wavec.frontends.onnx import import_onnx
 
-    silero = wavec.compile(wavec.models.silero_vad_path(), sessions=4, bindings={"sr": 16000}, frames={"input": 576},
-                           states=[("state", "stateN")])
-    small = wavec.driver.compile_graph(import_onnx(small_tiled_model(), states=[("s", "s2")]), sessions=3, workers=8)
-    assert (small.payloads["elem_begin"] > 0).any(), "the small model's matmul should be cut into element tiles"
-    return {"silero": (silero, mut.Oracle(silero)), "small": (small, mut.Oracle(small))}
+    from wavec.driver import default_pipeline
+
+    def barrier(sessions: int, workers: int) -> str:  # the default pipeline, a barrier between phases
+        return default_pipeline(sessions, workers).replace("wpk-schedule{", "wpk-schedule{granularity=phase ")
+
+    def silero(pipeline=None):
+        return wavec.compile(wavec.models.silero_vad_path(), sessions=4, bindings={"sr": 16000},
+                             frames={"input": 576}, states=[("state", "stateN")], pipeline=pipeline)
+
+    def small(pipeline=None):
+        return wavec.driver.compile_graph(import_onnx(small_tiled_model(), states=[("s", "s2")]), sessions=3,
+                                          workers=8, pipeline=pipeline)
+
+    out = {"silero": silero(), "small": small(), "silero-barrier": silero(barrier(4, 132)),
+           "small-barrier": small(barrier(3, 8))}
+    assert (out["small"].payloads["elem_begin"] > 0).any(), "the small model's matmul should be cut into element tiles"
+    assert out["silero-barrier"].meta["schedule"]["granularity"] == "phase"
+    return {name: (profile, mut.Oracle(profile)) for name, profile in out.items()}
 
 
 @pytest.fixture(scope="module")
 def sweep(profiles):
-    """For every kind and profile: the genuine faults picked, those the verifier caught, and the
-    harmless candidates skipped."""
+    """For every kind and profile: the genuine faults picked, those each level missed (a description per
+    fault it did not reject with VerificationError), and the harmless candidates skipped."""
     out = {}
     for pname, (profile, oracle) in profiles.items():
         for i, kind in enumerate(mut.KINDS):
@@ -107,34 +123,40 @@ def sweep(profiles):
             faults, harmless = mut.pick_faults(profile, oracle, kind, TARGETS, rng)
             missed = []
             for target, mutant, desc, why in faults:
-                try:
-                    verify_profile(mutant)
-                except VerificationError:
-                    continue
-                missed.append(f"{desc} ({why})")
+                for level in LEVELS:
+                    try:
+                        verify_profile(mutant, level=level)
+                    except VerificationError:
+                        continue
+                    except VerificationTooLarge as e:
+                        missed.append(f"{desc} ({why}): level {level} left it unproved: {e}")
+                        continue
+                    missed.append(f"{desc} ({why}): level {level} accepted it")
             out[pname, kind] = (faults, missed, harmless)
     return out
 
 
 def test_clean_profiles_verify(profiles):
     for name, (profile, _) in profiles.items():
-        report = verify_profile(profile)
-        assert report.ordered == report.conflicting_pairs > 0, name
+        for level in LEVELS:
+            report = verify_profile(profile, level=level)
+            assert report.level == level and report.ordered == report.conflicting_pairs > 0, (name, level)
+    assert verify_profile(profiles["silero-barrier"][0], level="phase").tile_pairs == 0, "barriers order whole phases"
 
 
-def test_every_injected_fault_is_caught(sweep):
+def test_every_injected_fault_is_caught(sweep, profiles):
     rows, total, caught, missed_all = [], 0, 0, []
     for kind in mut.KINDS:
-        n = sum(len(sweep[p, kind][0]) for p in ("silero", "small"))
-        miss = [m for p in ("silero", "small") for m in sweep[p, kind][1]]
-        skipped = sum(len(sweep[p, kind][2]) for p in ("silero", "small"))
-        rows.append((kind, n, n - len(miss), skipped))
-        total, caught = total + n, caught + n - len(miss)
+        n = sum(len(sweep[p, kind][0]) for p in profiles)
+        miss = [m for p in profiles for m in sweep[p, kind][1]]
+        skipped = sum(len(sweep[p, kind][2]) for p in profiles)
+        rows.append((kind, n, n - len({m.split(": level ")[0] for m in miss}), skipped))
+        total, caught = total + n, caught + rows[-1][2]
         missed_all += [f"{kind}: {m}" for m in miss]
-    print(f"\n{'kind':34s} {'targets':>7s} {'caught':>7s} {'skipped (harmless)':>19s}")
+    print(f"\n{'kind':34s} {'targets':>7s} {'caught':>7s} {'skipped (harmless)':>19s}   (both levels)")
     for kind, n, c, skipped in rows:
         print(f"{kind:34s} {n:7d} {c:7d} {skipped:19d}")
-    print(f"{len(rows)} kinds, {total} faults, {caught} caught ({100 * caught / max(total, 1):.0f}%)")
+    print(f"{len(rows)} kinds, {total} faults, {caught} caught by both levels ({100 * caught / max(total, 1):.0f}%)")
     assert not missed_all, "faults the verifier accepted:\n" + "\n".join(missed_all)
     kinds_hit = [kind for kind, n, _, _ in rows if n > 0]
     assert len(kinds_hit) >= 20, kinds_hit
@@ -142,10 +164,10 @@ def test_every_injected_fault_is_caught(sweep):
         assert any(k in kinds_hit for k in kinds), f"no fault injected for {what!r} ({kinds})"
 
 
-def test_every_kind_finds_targets(sweep):
+def test_every_kind_finds_targets(sweep, profiles):
     """Every kind found genuine targets in at least one of the real profiles."""
     for kind in mut.KINDS:
-        assert sweep["silero", kind][0] or sweep["small", kind][0], kind
+        assert any(sweep[p, kind][0] for p in profiles), kind
 
 
 def _run(profile, seed: int) -> dict[str, np.ndarray]:
@@ -181,7 +203,8 @@ def test_skipped_candidates_are_really_harmless(profiles, sweep):
                     got = _run(mutant, seed)
                     for name, value in clean[seed].items():
                         np.testing.assert_array_equal(got[name], value, err_msg=f"{pname} {kind}: {desc}")
-                verify_profile(mutant)
+                for level in LEVELS:
+                    verify_profile(mutant, level=level)
                 checked[pname, kind] = checked.get((pname, kind), 0) + 1
     print(f"\nharmless candidates confirmed on the interpreter: {sum(checked.values())} "
           f"({', '.join(f'{p}/{k}: {n}' for (p, k), n in sorted(checked.items()))})")

@@ -80,13 +80,18 @@ def state_profile():
     return pb.build()
 
 
-def rejects(profile, *words: str) -> str:
-    with pytest.raises(VerificationError) as e:
-        verify_profile(profile)
-    msg = str(e.value)
-    for w in words:
-        assert w in msg, f"{w!r} not in: {msg}"
-    return msg
+def rejects(profile, *words: str, phase_words: tuple[str, ...] | None = None) -> str:
+    """Both proofs, task by task and phase by phase, reject ``profile`` with a message holding ``words``
+    (at phase level ``phase_words`` where given: it may meet another violation first, or name the other
+    task of a pair); returns the task level's."""
+    msgs = []
+    for level, want in (("task", words), ("phase", words if phase_words is None else phase_words)):
+        with pytest.raises(VerificationError) as e:
+            verify_profile(profile, level=level)
+        msgs.append(str(e.value))
+        for w in want:
+            assert w in msgs[-1], f"{level} level: {w!r} not in: {msgs[-1]}"
+    return msgs[0]
 
 
 # ---- clean profiles -----------------------------------------------------------------------------
@@ -219,7 +224,9 @@ def test_session_overlap():
 def test_output_moved_onto_live_tensor_mixes_producers():
     prof = chain_profile()
     bad, _ = mut.output_onto_input(prof, row=row_of(prof, 2))  # B0 writes 2*t1[0:4] into t1[0:4]
-    rejects(bad, "task 4 ", "read a mix of two producers", "task 2 ", "task 1 ", "tensor 't1'")
+    # The phase level reads the phases in program order: C's read of t2, which B0 no longer writes, comes first.
+    rejects(bad, "task 4 ", "read a mix of two producers", "task 2 ", "task 1 ", "tensor 't1'",
+            phase_words=("task 4 ", "no task writes those bytes earlier in the beat", "tensor 't2'"))
 
 
 def test_output_moved_onto_other_phase_tensor():
@@ -270,7 +277,8 @@ def test_dropped_state_update_task():
     on_q = bad.payloads["wait_counter"] == 2  # R waits on Q's counter 2
     bad.payloads["wait_count"][on_q] = 1
     # R reads h of sessions 0-1 as Q wrote it this beat, of sessions 2-3 as the previous beat left it.
-    rejects(bad, "task 4 ", "read a mix of two producers", "tensor 'h', session 2", "the previous beat's state")
+    rejects(bad, "task 4 ", "read a mix of two producers", "tensor 'h', session 2", "the previous beat's state",
+            phase_words=("task 5 ", "read a mix of two producers", "tensor 'h', session 2", "the previous beat's state"))
 
 
 def test_state_parts_computed_in_place_by_two_phases():

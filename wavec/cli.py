@@ -377,7 +377,7 @@ def cmd_verify(args) -> int:
     if args.max_incidences < 0:
         raise WavecError(f"--max-incidences must be >= 0 (0: no limit), got {args.max_incidences}")
     try:
-        report = verify_profile(load(args.profile), max_incidences=args.max_incidences)
+        report = verify_profile(load(args.profile), max_incidences=args.max_incidences, level=args.level)
     except VerificationTooLarge as e:
         print(f"wavec: {args.profile}: not verified: {' '.join(str(e).split())}", file=sys.stderr)
         return 3
@@ -462,7 +462,7 @@ def cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from wavec.verify import MAX_INCIDENCES
+    from wavec.verify import LEVELS, MAX_INCIDENCES
 
     parser = argparse.ArgumentParser(prog="wavec", description="Compile a streaming model into one persistent GPU kernel.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -522,11 +522,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("verify", help="prove a profile race-free and its sessions isolated (exit 1: a violation, "
-                                      "3: too large for the budget)")
+                                      "3: not proved: too large for the budget, or beyond the phase-level proof)")
     p.add_argument("profile")
     p.add_argument("--max-incidences", type=int, default=MAX_INCIDENCES,
-                   help=f"memory budget: word segments covered by all accesses, about 250 bytes each "
-                        f"(default {MAX_INCIDENCES:,}; 0: no limit)")
+                   help=f"the task-level proof's memory budget: word segments covered by all accesses, about 250 "
+                        f"bytes each (default {MAX_INCIDENCES:,}; 0: no limit)")
+    p.add_argument("--level", choices=LEVELS, default="auto",
+                   help="task: every conflicting pair of tasks, within the budget; phase: phase by phase in one "
+                        "session's words (wavec/verify_phases.py), for programs over it; auto (default): task within "
+                        "the budget, phase above")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("payload-layout", help="print the 128-byte task record layout")

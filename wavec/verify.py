@@ -35,10 +35,13 @@ the arena, the byte range, the kind of conflict and what to do):
 Beats are separated by a full barrier (counter 0), so state carried from beat b to b + 1 and the two
 halves of the double-buffered input and output need no further ordering.
 
-Budget. Checks 4 and 5 cost memory in proportion to the *incidences*: the elementary word segments that
-each access's word intervals cover, summed (about 250 bytes each at their peak). Above ``max_incidences``
-(default 2e7, some 5 GB) the verifier raises `VerificationTooLarge` before it allocates them, naming the
-count: duplex:1b at one session has 9.2e7 (it ran out of 23 GB), Silero at 1,024 sessions 3.5e5.
+Budget and levels. Checks 4 and 5, task by task, cost memory in proportion to the *incidences*: the
+elementary word segments that each access's word intervals cover, summed (about 250 bytes each at their
+peak): duplex:1b at one session has 9.2e7 (it ran out of 23 GB), Silero at 1,024 sessions 3.5e5. Above
+``max_incidences`` (default 2e7, some 5 GB) level "auto" proves checks 4 to 7 phase by phase instead
+(wavec/verify_phases.py: tiles of a phase apart, phases that share bytes ordered in program order, the
+dataflow on phases in one session's words); level "task" raises `VerificationTooLarge` before allocating
+them, naming the count.
 
 A phase is a named group of tasks from ``meta["phases"]``: its ``tasks`` are a list of task ids, or a count
 (as wavec.emit writes: task ids follow program order, so phase i holds the next ``tasks`` ids) when the
@@ -52,6 +55,7 @@ import functools
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -86,10 +90,18 @@ class VerifyReport:
     ordered: int  # of those, ordered by happens-before (all of them when verify returns)
     pairs_exact: bool = True  # False: too many to enumerate; the counts are the sum over access sets (a bound)
     accesses: int = 0  # (task, operand) footprints
-    intervals: int = 0  # word intervals over all sessions
+    intervals: int = 0  # word intervals over all sessions (task level)
     seconds: float = 0.0
+    level: str = "task"  # "phase": conflicting_pairs counts phase pairs (wavec.verify_phases)
+    tile_pairs: int = 0  # phase level: of those phase pairs, the ones proved task by task
 
     def summary(self) -> str:
+        if self.level == "phase":
+            return (
+                f"verified at phase level: {self.tasks} tasks, {self.edges} edges, {self.conflicting_pairs} phase "
+                f"pair{'' if self.conflicting_pairs == 1 else 's'} sharing bytes ordered in program order "
+                f"({self.tile_pairs} tile by tile)"
+            )
         bound = "" if self.pairs_exact else " (at most; counted per access set)"
         return (
             f"verified: {self.tasks} tasks, {self.edges} edges, {self.conflicting_pairs} conflicting pairs ordered{bound}"
@@ -97,13 +109,19 @@ class VerifyReport:
 
 
 MAX_INCIDENCES = 20_000_000
+LEVELS = ("auto", "task", "phase")
 
 
-def verify_profile(profile: Profile, max_incidences: int = MAX_INCIDENCES) -> VerifyReport:
+def verify_profile(profile: Profile, max_incidences: int = MAX_INCIDENCES, level: str = "auto") -> VerifyReport:
     """Proves ``profile`` race-free and session-isolated, or raises VerificationError naming the first
-    violation (see the module docstring for the checks and their order), or VerificationTooLarge when the
-    proof would need more than ``max_incidences`` (0: no limit)."""
-    return _Verifier(profile, max_incidences).run()
+    violation (see the module docstring for the checks and their order). ``level``: "task" proves checks 4
+    to 7 task by task and raises VerificationTooLarge when that would need more than ``max_incidences`` (0:
+    no limit); "phase" proves them phase by phase (wavec.verify_phases), which raises VerificationTooLarge
+    for the few programs it cannot follow; "auto" runs the task level within the budget, the phase level
+    above it."""
+    if level not in LEVELS:
+        raise WavecError(f"verify level must be one of {', '.join(LEVELS)}, got {level!r}")
+    return _Verifier(profile, max_incidences, level).run()
 
 
 def main(profile_dir: str) -> int:
@@ -196,9 +214,10 @@ def budget_message(tasks: int, incidences: int, budget: int, bound: str = "") ->
 
 
 class _Verifier:
-    def __init__(self, profile: Profile, max_incidences: int = MAX_INCIDENCES):
+    def __init__(self, profile: Profile, max_incidences: int = MAX_INCIDENCES, level: str = "auto"):
         self.p = profile
         self.max_incidences = max_incidences
+        self.level = level
         self.meta = profile.meta
         self.rec = profile.payloads
         self.n = len(self.rec)
@@ -213,35 +232,45 @@ class _Verifier:
 
     # ---- naming --------------------------------------------------------------------------------
     def _phases(self) -> np.ndarray:
-        """Phase key of each row: the meta phase index when ``phases`` covers every task, else the signal."""
+        """Phase key of each row: its index in profile.json ``phases``, which must then place every task in
+        exactly one phase; or, for a profile that lists no phases, the counter its tasks signal."""
         phases = self.meta.get("phases") or []
+        if not phases:
+            sp = self.rec["signal_phase"].astype(np.int64)
+            return np.where(sp != 0, sp, self.signal) + (1 << 40)  # keys never collide with meta phase indices
         by_id = {int(t): r for r, t in enumerate(self.task_id)}
-        key = np.full(self.n, -1, np.int64)
         ids = np.sort(self.task_id)
-        counted = all(isinstance(ph, dict) and isinstance(ph.get("tasks"), int) for ph in phases)
-        if counted and sum(ph["tasks"] for ph in phases) != self.n:
-            counted = False
-        start = 0
+        key = np.full(self.n, -1, np.int64)
         try:
-            for i, ph in enumerate(phases):
+            counted = [int(ph["tasks"]) if isinstance(ph["tasks"], int) else None for ph in phases]
+            if all(c is not None for c in counted) and sum(counted) != self.n:
+                raise VerificationError(
+                    f"profile.json's phases count {sum(counted)} tasks but the payload table has {self.n}: a task was "
+                    "added or dropped after the program was emitted; compile the profile again"
+                )
+            start = 0
+            for i, (ph, count) in enumerate(zip(phases, counted)):
                 label = f"{ph.get('name', i)}" + (f" ({ph['op']})" if ph.get("op") else "")
-                if counted:  # a count: the phase's tasks are the next ids in program (task id) order
-                    members = ids[start : start + ph["tasks"]].tolist()
-                    start += ph["tasks"]
+                if count is not None:  # a count: the phase's tasks are the next ids in program (task id) order
+                    members = ids[start : start + count].tolist()
+                    start += count
                 else:
-                    members = ph.get("tasks", [])
+                    members = ph["tasks"]
                 for t in members:
                     r = by_id[int(t)]
+                    if key[r] >= 0:
+                        raise VerificationError(f"profile.json's phases list task {int(t)} in two phases")
                     key[r] = i
                     self._phase_name[r] = label
-        except (KeyError, TypeError, ValueError, AttributeError):
-            key[:] = -1
-            self._phase_name.clear()
-        if self.n and (key >= 0).all():
-            return key
-        self._phase_name.clear()
-        sp = self.rec["signal_phase"].astype(np.int64)
-        return np.where(sp != 0, sp, self.signal) + (1 << 40)  # keys never collide with meta phase indices
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise VerificationError(f"profile.json's phases are malformed ({type(e).__name__}: {e}): each phase "
+                                    "needs its tasks, as a count or a list of task ids of the payload table") from e
+        if (key < 0).any():
+            raise VerificationError(
+                f"profile.json's phases leave task {int(self.task_id[np.flatnonzero(key < 0)[0]])} in no phase: "
+                "each task belongs to exactly one phase"
+            )
+        return key
 
     def name(self, r: int) -> str:
         rec = self.rec[r]
@@ -249,9 +278,12 @@ class _Verifier:
             op = Opcode(int(rec["opcode"])).name
         except ValueError:
             op = f"opcode {int(rec['opcode'])}"
-        sp = int(rec["signal_phase"])
-        phase = self._phase_name.get(r, f"signal counter {sp or int(rec['signal'])}")
-        return f"task {int(rec['task'])} ({op}, phase {phase}, worker {int(rec['worker'])}, row {r})"
+        return f"task {int(rec['task'])} ({op}, phase {self.phase_label(r)}, worker {int(rec['worker'])}, row {r})"
+
+    def phase_label(self, r: int) -> str:
+        """The name (and op) of row ``r``'s phase, or its counter when profile.json names no phases."""
+        rec = self.rec[r]
+        return self._phase_name.get(r, f"signal counter {int(rec['signal_phase']) or int(rec['signal'])}")
 
     def short(self, r: int) -> str:
         return f"task {int(self.rec[r]['task'])}"
@@ -537,21 +569,33 @@ class _Verifier:
                 + ": fix the operand's offset, session stride or tile bounds"
             )
 
+    @functools.cached_property
+    def slot_tables(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(offsets, session strides, bytes) of the state bindings, and of the input and reset bindings."""
+        def table(specs: list[dict]):
+            rows = [(int(t["offset"]), int(t["session_stride"]), ELEM_BYTES * int(np.prod(t.get("shape", ()), dtype=np.int64)))
+                    for t in specs]
+            return tuple(np.array(column, np.int64) for column in np.array(rows, np.int64).reshape(-1, 3).T)
+        inputs = [*self.meta.get("inputs", []), *([self.meta["reset"]] if self.meta.get("reset") else [])]
+        return {"states": table(self.meta.get("states", [])), "inputs": table(inputs)}
+
+    def inside_own_slot(self, which: str, sessions: tuple[int, int], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Per session s of ``sessions``: whether bytes [lo, hi) lie inside session s's slot of one binding of
+        ``slot_tables[which]``."""
+        off, stride, nbytes = self.slot_tables[which]
+        base = off[None, :] + np.arange(*sessions, dtype=np.int64)[:, None] * stride[None, :]
+        return ((lo[:, None] >= base) & (hi[:, None] <= base + nbytes[None, :])).any(axis=1)
+
     def check_slots(self, acc: Access, lo: np.ndarray, hi: np.ndarray) -> None:
         """Slot isolation: session s of the task touches only slot s of one state."""
-        s = np.arange(*acc.sessions, dtype=np.int64)
-        ok = np.zeros(len(s), bool)
-        for spec in self.meta.get("states", []):
-            nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
-            base = int(spec["offset"]) + s * int(spec["session_stride"])
-            ok |= (lo >= base) & (hi <= base + nbytes)
-        bad = np.flatnonzero(~ok)
+        bad = np.flatnonzero(~self.inside_own_slot("states", acc.sessions, lo, hi))
         if len(bad):
             i = int(bad[0])
+            s = acc.sessions[0] + i
             owner = self.slot_owner(int(lo[i]))
             raise VerificationError(
                 f"{self.name(acc.row)}: {'output' if acc.operand == OUT else f'input operand {acc.operand}'} of session "
-                f"{int(s[i])} touches state arena bytes [{int(lo[i])}, {int(hi[i])}), which is not inside slot {int(s[i])} "
+                f"{s} touches state arena bytes [{int(lo[i])}, {int(hi[i])}), which is not inside slot {s} "
                 f"of one state ({owner}): a task of session s may touch only slot s. Fix the operand's offset "
                 "(session 0's slot) or session stride (the state's)"
             )
@@ -559,21 +603,15 @@ class _Verifier:
     def check_input_slots(self, acc: Access, lo: np.ndarray, hi: np.ndarray) -> None:
         """Session isolation in the input arena: session s of a task reads only session s's frame of one
         input, or session s's reset flag (another session's frame is another stream's audio)."""
-        specs = [*self.meta.get("inputs", []), *([self.meta["reset"]] if self.meta.get("reset") else [])]
-        if not specs:
+        if not len(self.slot_tables["inputs"][0]):
             return
-        s = np.arange(*acc.sessions, dtype=np.int64)
-        ok = np.zeros(len(s), bool)
-        for spec in specs:
-            nbytes = ELEM_BYTES * int(np.prod(spec.get("shape", ()), dtype=np.int64))
-            base = int(spec["offset"]) + s * int(spec["session_stride"])
-            ok |= (lo >= base) & (hi <= base + nbytes)
-        bad = np.flatnonzero(~ok)
+        bad = np.flatnonzero(~self.inside_own_slot("inputs", acc.sessions, lo, hi))
         if len(bad):
             i = int(bad[0])
+            s = acc.sessions[0] + i
             raise VerificationError(
-                f"{self.name(acc.row)}: input operand {acc.operand} of session {int(s[i])} reads "
-                f"{self.where(Arena.INPUT, int(lo[i]), int(hi[i]))}, which is not inside session {int(s[i])}'s frame of "
+                f"{self.name(acc.row)}: input operand {acc.operand} of session {s} reads "
+                f"{self.where(Arena.INPUT, int(lo[i]), int(hi[i]))}, which is not inside session {s}'s frame of "
                 "one input or its reset flag: a task of session s may read only session s's input. Fix the operand's "
                 "offset, session stride or tile bounds"
             )
@@ -588,15 +626,16 @@ class _Verifier:
         return f"byte {byte} is in no state slot"
 
     # ---- 4/5. races and dataflow ---------------------------------------------------------------
-    def races_and_dataflow(self, accesses: list[Access], hb: HappensBefore) -> tuple[int, bool, int]:
-        """Checks 4 and 5. Returns (conflicting pairs, whether that count is exact, word intervals)."""
+    def races_and_dataflow(self, hb: HappensBefore) -> tuple[int, bool, int]:
+        """Checks 4 and 5 on ``self.accesses``. Returns (conflicting pairs, whether that count is exact, word
+        intervals)."""
+        accesses = self.accesses
         acc_task = np.array([a.row for a in accesses], np.int64)
         acc_write = np.array([a.write for a in accesses], bool)
-        acc_op = np.array([a.operand for a in accesses], np.int64)
-        # Per access (check 7 reads them too): its operand, task row, whether it writes, and its task's phase.
-        self.acc_op, self.acc_task, self.acc_write = acc_op, acc_task, acc_write
+        acc_op = self.acc_op
+        # Per access (check 7 reads them too): its task row, whether it writes, and its task's phase.
+        self.acc_task, self.acc_write = acc_task, acc_write
         self.acc_phase = self.phase[acc_task]
-        self.in_place_ok = np.array([self.same_view_as_output(a) for a in accesses], bool)
         total_intervals = total_incidences = 0
         scans = []
         for arena in SHARED_ARENAS:
@@ -624,6 +663,16 @@ class _Verifier:
             self.dataflow(arena, g, r_acc, r_grp, r_last, acc_task, acc_op)
         self.final_writers = {arena: (g, final) for arena, g, (_, _, _, _, final) in scans}
         return (*self.count_pairs([scan[2][3] for scan in scans]), total_intervals)
+
+    @functools.cached_property
+    def acc_op(self) -> np.ndarray:
+        """Per access of ``self.accesses``: its operand slot (OUT for the output)."""
+        return np.array([a.operand for a in self.accesses], np.int64)
+
+    @functools.cached_property
+    def in_place_ok(self) -> np.ndarray:
+        """Per access of ``self.accesses``: `same_view_as_output`."""
+        return np.array([self.same_view_as_output(a) for a in self.accesses], bool)
 
     def same_view_as_output(self, acc: Access) -> bool:
         """An elementwise input that reads exactly the bytes its own output writes, element by element:
@@ -738,6 +787,11 @@ class _Verifier:
         """Raises for the unordered pair (first, then), first earlier in the topological order."""
         accs = g.members(grp)
         wrote = set(acc_task[accs[acc_write[accs]]].tolist())
+        self.raise_race(arena, *g.byte_range(int(g.rep[grp])), first, then, wrote)
+
+    def raise_race(self, arena: int, b0: int, b1: int, first: int, then: int, wrote: set) -> None:
+        """Raises for tasks ``first`` and ``then`` (rows), neither before the other, touching arena bytes
+        [b0, b1); ``wrote``: which of them write those bytes."""
         ra, rb = sorted((first, then), key=lambda r: int(self.task_id[r]))
         if first in wrote and then in wrote:
             kind, verbs = "write-after-write", "both write them"
@@ -746,7 +800,7 @@ class _Verifier:
             kind = "read-after-write" if w == first else "write-after-read"
             verbs = f"{self.short(w)} writes them and {self.short(rd)} reads them"
         raise VerificationError(
-            f"race ({kind}) on {self.where(arena, *g.byte_range(int(g.rep[grp])))}: {self.name(ra)} and "
+            f"race ({kind}) on {self.where(arena, b0, b1)}: {self.name(ra)} and "
             f"{self.name(rb)}: {verbs}, and neither happens before the other. Make {self.short(then)} wait on "
             f"counter {int(self.signal[first])} (signalled by {self.short(first)}), or give them disjoint bytes"
         )
@@ -838,86 +892,103 @@ class _Verifier:
         part of the new value in place (wave-to-wpk's states-in-place: Silero's h and c). A phase overwritten
         in some of its bytes and not in others (the state's reset where a tile of the update is missing)
         leaves a gap in the final write. Runs after `races_and_dataflow` (its final writers and accesses)."""
-        for arena, key, what in ((Arena.STATE, "states", "state"), (Arena.OUTPUT, "outputs", "output")):
+        for arena in (Arena.STATE, Arena.OUTPUT):
             if arena not in self.final_writers:
                 continue
             g, final = self.final_writers[arena]
-            for spec in self.meta.get(key, []):
-                nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
-                if nbytes == 0:
-                    continue
-                start = (int(spec["offset"]) + np.arange(self.sessions, dtype=np.int64) * int(spec["session_stride"])) // 4
-                lo = np.searchsorted(g.points, start, side="right") - 1
-                hi = np.searchsorted(g.points, start + nbytes // 4, side="left")
-                seg = concat_ranges(lo, hi)
-                seg = seg[(seg >= 0) & (seg < len(g.group_of_seg))]
-                grp = np.unique(g.group_of_seg[seg])
-                grp = grp[grp >= 0]
-                grp = grp[final[grp] >= 0]
-                if len(grp):
-                    self.check_final_writers(arena, g, final, grp, what, spec["name"])
+            final_phase = np.where(final >= 0, self.phase[np.maximum(final, 0)], -1)
+            self.check_final_values(arena, g, final_phase, self.acc_phase, self.acc_write,
+                                    lambda grp: self.name(int(final[grp])), self.binding_words)
 
-    def check_final_writers(self, arena: int, g: AccessGroups, final: np.ndarray, groups: np.ndarray, what: str,
-                            name: str) -> None:
-        """The writes of the final phases over ``groups`` (a tensor's segments) must each be final."""
-        final_phase = self.phase[final[groups]]
-        if (final_phase == final_phase[0]).all():
-            return
-        lo, hi = np.searchsorted(g.member_group, groups), np.searchsorted(g.member_group, groups + 1)
-        acc = g.member_acc[concat_ranges(lo, hi)]
-        writer_phase = self.acc_phase[acc]
-        of_group = np.repeat(final_phase, hi - lo)
-        bad = np.flatnonzero(self.acc_write[acc] & np.isin(writer_phase, final_phase) & (writer_phase != of_group))
-        if len(bad):
-            i = int(bad[0])
-            over = int(np.repeat(groups, hi - lo)[i])  # the group of membership i
-            kept = int(groups[np.flatnonzero(final_phase == writer_phase[i])[0]])
-            raise VerificationError(
-                f"{what} {name!r} ends the beat with values from two phases: "
-                f"{self.where(arena, *g.byte_range(int(g.rep[kept])))} keeps the value of {self.name(int(final[kept]))}, "
-                f"but {self.where(arena, *g.byte_range(int(g.rep[over])))}, which its phase also wrote, was written "
-                f"again by {self.name(int(final[over]))}: a task of the {what}'s final write is missing or its tile "
-                "bounds leave a gap"
-            )
+    def binding_words(self, arena: int, spec: dict) -> np.ndarray:
+        """The first word of each session's copy of a binding (``spec``: profile.json's)."""
+        return (int(spec["offset"]) + np.arange(self.sessions, dtype=np.int64) * int(spec["session_stride"])) // 4
+
+    def check_final_values(self, arena: int, g: AccessGroups, final_phase: np.ndarray, acc_phase: np.ndarray,
+                           acc_write: np.ndarray, final_writer: Callable[[int], str],
+                           binding_words: Callable[[int, dict], np.ndarray]) -> None:
+        """`final_values` over the access groups ``g`` of ``arena``: ``final_phase`` per group (-1: none),
+        ``acc_phase`` and ``acc_write`` per access of ``g``, ``final_writer(group)`` names the task whose
+        value a group keeps, ``binding_words(arena, spec)`` gives where each copy of a binding starts in
+        ``g``'s words."""
+        what, key = ("state", "states") if arena == Arena.STATE else ("output", "outputs")
+        for spec in self.meta.get(key, []):
+            nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
+            if nbytes == 0:
+                continue
+            start = binding_words(arena, spec)
+            lo = np.searchsorted(g.points, start, side="right") - 1
+            hi = np.searchsorted(g.points, start + nbytes // 4, side="left")
+            seg = concat_ranges(lo, hi)
+            seg = seg[(seg >= 0) & (seg < len(g.group_of_seg))]
+            groups = np.unique(g.group_of_seg[seg])
+            groups = groups[groups >= 0]
+            groups = groups[final_phase[groups] != -1]
+            if not len(groups) or (final_phase[groups] == final_phase[groups[0]]).all():
+                continue
+            lo, hi = np.searchsorted(g.member_group, groups), np.searchsorted(g.member_group, groups + 1)
+            acc = g.member_acc[concat_ranges(lo, hi)]
+            writer_phase = acc_phase[acc]
+            of_group = np.repeat(final_phase[groups], hi - lo)
+            bad = np.flatnonzero(acc_write[acc] & np.isin(writer_phase, final_phase[groups]) & (writer_phase != of_group))
+            if len(bad):
+                i = int(bad[0])
+                over = int(np.repeat(groups, hi - lo)[i])  # the group of membership i
+                kept = int(groups[np.flatnonzero(final_phase[groups] == writer_phase[i])[0]])
+                raise VerificationError(
+                    f"{what} {spec['name']!r} ends the beat with values from two phases: "
+                    f"{self.where(arena, *g.byte_range(int(g.rep[kept])))} keeps the value of {final_writer(kept)}, "
+                    f"but {self.where(arena, *g.byte_range(int(g.rep[over])))}, which its phase also wrote, was written "
+                    f"again by {final_writer(over)}: a task of the {what}'s final write is missing or its tile "
+                    "bounds leave a gap"
+                )
 
     # ---- 6. coverage ---------------------------------------------------------------------------
-    def coverage(self, accesses: list[Access]) -> None:
-        for arena, key, what in ((Arena.OUTPUT, "outputs", "output"), (Arena.STATE, "states", "state")):
-            parts = [a.word_intervals() for a in accesses if a.write and a.arena == arena]
-            if parts:
-                b = np.concatenate([p[0] for p in parts]) * ELEM_BYTES
-                e = np.concatenate([p[1] for p in parts]) * ELEM_BYTES
-                o = np.argsort(b, kind="stable")
-                b, e = b[o], np.maximum.accumulate(e[o])
-                new = np.r_[True, b[1:] > e[:-1]]
-                mb = b[new]
-                me = e[np.r_[np.flatnonzero(new)[1:] - 1, len(e) - 1]]
-            else:
-                mb = me = np.zeros(0, np.int64)
-            for spec in self.meta.get(key, []):
-                nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
-                if nbytes == 0:
-                    continue
-                start = int(spec["offset"]) + np.arange(self.sessions, dtype=np.int64) * int(spec["session_stride"])
-                i = np.searchsorted(mb, start, side="right") - 1
-                cov_end = np.where(i >= 0, me[np.maximum(i, 0)], start)
-                covered = np.maximum(cov_end, start)
-                bad = np.flatnonzero(covered < start + nbytes)
-                if len(bad):
-                    s = int(bad[0])
-                    gap0 = int(covered[s])
-                    nxt = np.searchsorted(mb, gap0, side="right")
-                    gap1 = min(int(mb[nxt]) if nxt < len(mb) else 1 << 62, int(start[s]) + nbytes)
-                    raise VerificationError(
-                        f"{what} {spec['name']!r} of session {s}: {self.where(arena, gap0, gap1)} is not written by any "
-                        f"task in a beat ({'the runtime would read stale bytes' if arena == Arena.OUTPUT else 'the state would not advance'}): "
-                        "a tile is missing or its bounds leave a gap"
-                    )
+    def coverage(self) -> None:
+        for arena in (Arena.OUTPUT, Arena.STATE):
+            parts = [a.word_intervals() for a in self.accesses if a.write and a.arena == arena]
+            self.check_coverage(arena, parts, self.binding_words)
+
+    def check_coverage(self, arena: int, parts: list[tuple[np.ndarray, np.ndarray]],
+                       binding_words: Callable[[int, dict], np.ndarray]) -> None:
+        """Every copy of every binding of ``arena`` (its outputs or states) lies inside the union of the
+        written word intervals ``parts``; ``binding_words(arena, spec)`` gives where each copy starts in
+        the words of ``parts``."""
+        what, key = ("output", "outputs") if arena == Arena.OUTPUT else ("state", "states")
+        if parts:
+            b = np.concatenate([p[0] for p in parts]) * ELEM_BYTES
+            e = np.concatenate([p[1] for p in parts]) * ELEM_BYTES
+            o = np.argsort(b, kind="stable")
+            b, e = b[o], np.maximum.accumulate(e[o])
+            new = np.r_[True, b[1:] > e[:-1]]
+            mb = b[new]
+            me = e[np.r_[np.flatnonzero(new)[1:] - 1, len(e) - 1]]
+        else:
+            mb = me = np.zeros(0, np.int64)
+        for spec in self.meta.get(key, []):
+            nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
+            if nbytes == 0:
+                continue
+            start = binding_words(arena, spec) * ELEM_BYTES
+            i = np.searchsorted(mb, start, side="right") - 1
+            cov_end = np.where(i >= 0, me[np.maximum(i, 0)], start)
+            covered = np.maximum(cov_end, start)
+            bad = np.flatnonzero(covered < start + nbytes)
+            if len(bad):
+                s = int(bad[0])
+                gap0 = int(covered[s])
+                nxt = np.searchsorted(mb, gap0, side="right")
+                gap1 = min(int(mb[nxt]) if nxt < len(mb) else 1 << 62, int(start[s]) + nbytes)
+                raise VerificationError(
+                    f"{what} {spec['name']!r} of session {s}: {self.where(arena, gap0, gap1)} is not written by any "
+                    f"task in a beat ({'the runtime would read stale bytes' if arena == Arena.OUTPUT else 'the state would not advance'}): "
+                    "a tile is missing or its bounds leave a gap"
+                )
 
     # ---- driver --------------------------------------------------------------------------------
     def run(self) -> VerifyReport:
         t0 = time.perf_counter()
-        self.check_budget(count_intervals(self.rec, self.param_blocks, self.fp_cache, self.max_incidences), "at least")
+        over = self.level == "phase" or self.over_budget()
         self.structure()
         rec = self.rec
         hb = build_happens_before(
@@ -925,15 +996,41 @@ class _Verifier:
             rec["n_waits"].astype(np.int64), int(self.meta["n_counters"]), self.name,
             rec["signal_phase"].astype(np.int64),
         )
-        accesses = self.footprints()
+        self.accesses = self.footprints()
         self.uniform_tiles()
-        pairs, exact, intervals = self.races_and_dataflow(accesses, hb)
-        self.coverage(accesses)
+        if not over:
+            try:
+                pairs, exact, intervals = self.races_and_dataflow(hb)
+            except VerificationTooLarge:
+                if self.level == "task":
+                    raise
+                over = True  # more incidences than the intervals promised: prove it phase by phase
+        if over:
+            from wavec.verify_phases import PhaseProof
+
+            pairs, tile_pairs = PhaseProof(self, hb, SHARED_ARENAS).run()
+            return VerifyReport(
+                tasks=self.n, edges=hb.edges, conflicting_pairs=pairs, ordered=pairs, pairs_exact=True,
+                accesses=len(self.accesses), seconds=time.perf_counter() - t0, level="phase", tile_pairs=tile_pairs,
+            )
+        self.coverage()
         self.final_values()
         return VerifyReport(
-            tasks=self.n, edges=hb.edges, conflicting_pairs=pairs, ordered=pairs, pairs_exact=exact, accesses=len(accesses),
-            intervals=intervals, seconds=time.perf_counter() - t0,
+            tasks=self.n, edges=hb.edges, conflicting_pairs=pairs, ordered=pairs, pairs_exact=exact,
+            accesses=len(self.accesses), intervals=intervals, seconds=time.perf_counter() - t0,
         )
+
+    def over_budget(self) -> bool:
+        """Whether the task-level proof needs more than ``max_incidences`` (at least its word intervals),
+        counted before anything is allocated per task; at level "task" that is raised as VerificationTooLarge."""
+        if not self.max_incidences:
+            return False
+        n = count_intervals(self.rec, self.param_blocks, self.fp_cache, self.max_incidences)
+        if n <= self.max_incidences:
+            return False
+        if self.level == "task":
+            raise VerificationTooLarge(budget_message(self.n, n, self.max_incidences, "at least"))
+        return True
 
 
 if __name__ == "__main__":  # pragma: no cover
