@@ -200,6 +200,12 @@ def count_intervals(rec: np.ndarray, blocks: dict, cache: FootprintCache, stop_a
     return total
 
 
+@functools.lru_cache(maxsize=4096)
+def decoded(code: tuple[int, ...]):
+    """decode_expr, once per distinct bytecode (tasks of a phase share their parameter block's)."""
+    return decode_expr(code)
+
+
 def budget_message(tasks: int, incidences: int, budget: int, bound: str = "") -> str:
     """Why a program is not verified: ``incidences`` (at least, with ``bound``) over ``budget``."""
     return (
@@ -335,26 +341,27 @@ class _Verifier:
             t = int(ids[counts > 1][0])
             dup = np.flatnonzero(self.task_id == t)
             raise VerificationError(f"task id {t} is used by payload rows {dup.tolist()}: task ids must be unique")
-        for r in range(n):
-            rec = self.rec[r]
-            params = blocks.get(int(rec["params"]))
+        fields = ("params", "opcode", "n_inputs", "session_begin", "session_end", "elem_begin", "elem_end", "offset",
+                  "session_stride", "arenas")
+        for r, (at, opcode, n_in, sb, se, eb, ee, offset, stride, arenas) in enumerate(
+            zip(*(self.rec[f].tolist() for f in fields))
+        ):
+            params = blocks.get(at)
             if params is None:
                 raise VerificationError(
-                    f"{self.name(r)}: params word {int(rec['params'])} is not the start of a parameter block of "
+                    f"{self.name(r)}: params word {at} is not the start of a parameter block of "
                     f"params.bin (its {len(blocks)} blocks start at words {sorted(blocks)[:8]}"
                     f"{', ...' if len(blocks) > 8 else ''}): point the task at its block"
                 )
-            if int(rec["opcode"]) != int(self.p.params[int(rec["params"])]):
-                raise VerificationError(f"{self.name(r)}: its parameter block at word {int(rec['params'])} is another opcode's")
+            if opcode != int(self.p.params[at]):
+                raise VerificationError(f"{self.name(r)}: its parameter block at word {at} is another opcode's")
             self.params[r] = params
             if isinstance(params, EwiseParams) and params.body != -1:
                 self.ewise_body(r, params)
             if isinstance(params, (MatmulParams, ConvParams)) and params.epilogue.body != -1:
                 self.epilogue_body(r, params.epilogue)
-            n_in = int(rec["n_inputs"])
             if n_in > MAX_INPUTS or n_in != expected_inputs(params):
                 raise VerificationError(f"{self.name(r)}: n_inputs = {n_in} but its parameters read {expected_inputs(params)}")
-            sb, se, eb, ee = (int(rec[f]) for f in ("session_begin", "session_end", "elem_begin", "elem_end"))
             if not 0 <= sb <= se <= self.sessions:
                 raise VerificationError(f"{self.name(r)}: sessions [{sb}, {se}) outside the cohort of {self.sessions}")
             if not 0 <= eb <= ee <= params.n_elems:
@@ -363,13 +370,13 @@ class _Verifier:
                     f"{list(params.shape)}: fix the tile bounds"
                 )
             for k in [*range(n_in), OUT]:
-                a = operand_arena(rec, k)
+                a = (arenas >> (4 * k)) & 0xF
                 if a not in ARENA_NAMES:
                     raise VerificationError(f"{self.name(r)}: operand {k} names arena {a}, not a wavec arena")
-                for f in ("offset", "session_stride"):
-                    if int(rec[f][k]) % ELEM_BYTES:
+                for f, value in (("offset", offset[k]), ("session_stride", stride[k])):
+                    if value % ELEM_BYTES:
                         raise VerificationError(
-                            f"{self.name(r)}: operand {k} {f} = {int(rec[f][k])} bytes is not a multiple of 4 (float32)"
+                            f"{self.name(r)}: operand {k} {f} = {value} bytes is not a multiple of 4 (float32)"
                         )
         self.bindings()
 
@@ -386,7 +393,7 @@ class _Verifier:
                 f"{len(bodies)} ewise_bodies: set the block's last word to -1 (bytecode) or to its body's index"
             )
         try:
-            mine = str(decode_expr(params.code))
+            mine = str(decoded(params.code))
         except ValueError as e:
             raise VerificationError(f"{self.name(r)}: its EWISE bytecode is malformed ({e})") from e
         entry = bodies[b]
@@ -400,7 +407,7 @@ class _Verifier:
         keep = int(entry.get("keep", -1))
         if keep >= 0:
             rec = self.rec[r]
-            same = kept_input(decode_expr(params.code)) == keep and keep < len(params.in_strides) and all(
+            same = kept_input(decoded(params.code)) == keep and keep < len(params.in_strides) and all(
                 int(rec[f][keep]) == int(rec[f][OUT]) for f in ("offset", "session_stride")
             ) and operand_arena(rec, keep) == operand_arena(rec, OUT) and params.in_strides[keep] == params.out_strides
             if not same:
@@ -421,7 +428,7 @@ class _Verifier:
                 "epilogue_bodies: set the epilogue's last word to -1 (bytecode) or to its body's index"
             )
         try:
-            mine = (str(decode_expr(ep.code)), 1 + len(ep.strides))
+            mine = (str(decoded(ep.code)), 1 + len(ep.strides))
         except ValueError as e:
             raise VerificationError(f"{self.name(r)}: its epilogue bytecode is malformed ({e})") from e
         want = (str(bodies[b].get("expr")), int(bodies[b].get("n_inputs", -1)))
@@ -437,21 +444,20 @@ class _Verifier:
         (arena, offset, session stride) run equal parameters and read the same input views. A task
         reading another tensor, another arena or another session stride than its sibling tiles reads
         bytes its op does not read, even where those bytes hold a consistent (stale) value."""
-        rec = self.rec
+        n_inputs, offset, stride, arenas = (self.rec[f].tolist() for f in ("n_inputs", "offset", "session_stride", "arenas"))
+        view = lambda r, k: ((arenas[r] >> (4 * k)) & 0xF, offset[r][k], stride[r][k])  # noqa: E731
         first: dict[tuple, int] = {}
-        for r in range(self.n):
-            key = (int(self.phase[r]), operand_arena(rec[r], OUT), int(rec[r]["offset"][OUT]), int(rec[r]["session_stride"][OUT]))
-            q = first.setdefault(key, r)
+        for r, phase in enumerate(self.phase.tolist()):
+            q = first.setdefault((phase, *view(r, OUT)), r)
             if q == r:
                 continue
-            n_in = int(rec[r]["n_inputs"])
+            n_in = n_inputs[r]
             what = None
-            if self.params[r] != self.params[q] or n_in != int(rec[q]["n_inputs"]):
-                what = "runs another parameter block" if n_in == int(rec[q]["n_inputs"]) else "reads another number of inputs"
+            if self.params[r] != self.params[q] or n_in != n_inputs[q]:
+                what = "runs another parameter block" if n_in == n_inputs[q] else "reads another number of inputs"
             else:
                 for k in range(n_in):
-                    mine = (operand_arena(rec[r], k), int(rec[r]["offset"][k]), int(rec[r]["session_stride"][k]))
-                    theirs = (operand_arena(rec[q], k), int(rec[q]["offset"][k]), int(rec[q]["session_stride"][k]))
+                    mine, theirs = view(r, k), view(q, k)
                     if mine != theirs:
                         what = (
                             f"reads input operand {k} as {ARENA_NAMES.get(mine[0], mine[0])} arena offset {mine[1]}, "
@@ -507,16 +513,13 @@ class _Verifier:
     def footprints(self) -> list[Access]:
         cache = self.fp_cache
         out: list[Access] = []
-        for r in range(self.n):
-            rec = self.rec[r]
+        fields = ("params", "n_inputs", "session_begin", "session_end", "elem_begin", "elem_end", "offset",
+                  "session_stride", "arenas")
+        for r, (at, n_in, sb, se, eb, ee, offset, stride, arenas) in enumerate(zip(*(self.rec[f].tolist() for f in fields))):
             params = self.params[r]
-            n_in = int(rec["n_inputs"])
-            sessions = (int(rec["session_begin"]), int(rec["session_end"]))
-            eb, ee = int(rec["elem_begin"]), int(rec["elem_end"])
             for k in [*range(n_in), OUT]:
-                rb, re_, dups = cache.runs(int(rec["params"]), params, k, eb, ee, n_in)
-                acc = Access(r, k, operand_arena(rec, k), k == OUT, int(rec["offset"][k]), int(rec["session_stride"][k]),
-                             sessions, rb, re_, dups)
+                rb, re_, dups = cache.runs(at, params, k, eb, ee, n_in)
+                acc = Access(r, k, (arenas >> (4 * k)) & 0xF, k == OUT, offset[k], stride[k], (sb, se), rb, re_, dups)
                 if acc.empty:
                     continue
                 self.check_access(acc)
@@ -553,15 +556,17 @@ class _Verifier:
                 f"{acc.n_sessions} sessions: every session writes the same bytes (write-after-write). "
                 "Give the output a per-session stride"
             )
-        lo, hi = acc.byte_extent()
         if arena == Arena.STATE:
-            self.check_slots(acc, lo, hi)
+            self.check_slots(acc, *acc.byte_extent())
             return
         if arena == Arena.INPUT and not acc.write:
-            self.check_input_slots(acc, lo, hi)
+            self.check_input_slots(acc, *acc.byte_extent())
         size = self.arena_bytes[arena]
-        bad = np.flatnonzero((lo < 0) | (hi > size))
-        if len(bad):
+        shifts = (acc.sessions[0] * acc.stride, (acc.sessions[1] - 1) * acc.stride)  # the extreme sessions' bases
+        first, last = acc.offset + ELEM_BYTES * int(acc.run_begin[0]), acc.offset + ELEM_BYTES * int(acc.run_end[-1])
+        if first + min(shifts) < 0 or last + max(shifts) > size:
+            lo, hi = acc.byte_extent()
+            bad = np.flatnonzero((lo < 0) | (hi > size))
             s = acc.sessions[0] + int(bad[0])
             raise VerificationError(
                 f"{self.name(r)}: {what} of session {s} touches {an} arena bytes [{int(lo[bad[0]])}, {int(hi[bad[0]])}), "

@@ -57,7 +57,7 @@ class PhaseProof:
         self.hb = hb
         self.accesses = accesses = verifier.accesses
         self.shared = shared
-        self.slots = SlotMap(verifier.meta, [a for a in accesses if a.arena in shared], shared)
+        self.slots = SlotMap(verifier.meta, accesses, shared)
         self.rank = self._phase_ranks()
         self.n_phases = int(self.rank.max()) + 1 if len(self.rank) else 0
         self.acc_task = np.array([a.row for a in accesses], np.int64)
@@ -147,11 +147,7 @@ class PhaseProof:
     # ---- A: tiles apart, and each view's phase-level words ------------------------------------------
     def within_phase(self, arena: int, rank: int, idx: np.ndarray, out: _PhaseViews) -> None:
         """Checks A on phase ``rank``'s accesses ``idx`` of ``arena`` and adds its views to ``out``."""
-        proj = [self.slots.project(self.accesses[i]) for i in idx]
-        begins = np.concatenate([p.begins for p in proj])
-        ends = np.concatenate([p.ends for p in proj])
-        local = np.repeat(np.arange(len(idx)), [len(p.begins) for p in proj])
-        sessions = np.array([p.sessions for p in proj], np.int64).reshape(-1, 2)
+        begins, ends, local, sessions = self.slots.words(idx, arena)
         width = (self.slots.sessions if self.slots.slotted(arena) else 1) + 1
         g = access_groups(begins, ends, local, len(idx))
         tiles = _Tiles(arena, idx, self.acc_task[idx], self.acc_write[idx], g, sessions[:, 0], sessions[:, 1], width)
@@ -198,7 +194,7 @@ class PhaseProof:
         reader, grp = np.repeat(ra, keep), np.repeat(rg, keep)
         r_row, w_row = t.rows[reader], t.rows[writer]
         for i in np.flatnonzero(r_row == w_row):
-            if not self.v.in_place_ok[t.idx[reader[i]]]:
+            if not self.v.same_view_as_output(self.accesses[int(t.idx[reader[i]])]):
                 raise VerificationError(
                     f"{self.v.name(int(r_row[i]))} reads {self.where(t, grp[i], t.sb[reader[i]])} through input operand "
                     f"{self.accesses[int(t.idx[reader[i]])].operand} and also writes them through a different view "
@@ -342,9 +338,9 @@ class PhaseProof:
                 continue
             if key is not None and (acc.operand, acc.offset, acc.stride) != key:
                 continue
-            p = self.slots.project(acc)
-            if ((p.begins <= word) & (word < p.ends)).any():
-                return acc.row, p.sessions[0]
+            hit, session = self.slots.covers(int(i), word)
+            if hit:
+                return acc.row, session
         raise AssertionError(f"no access of phase {rank} covers slot word {word}")  # views are their accesses' union
 
     def span(self, t: _Tiles, group: int, session: int) -> tuple[int, int]:

@@ -42,30 +42,30 @@ class Region:
     size: int
 
 
-@dataclass
-class SlotWords:
-    """One operand in slot coordinates: sessions [begin, end) and [begins, ends) words in session 0's slot
-    (slotted arena), or the pseudo-session [0, 1) and the operand's words over all its sessions (flat)."""
-
-    sessions: tuple[int, int]
-    begins: np.ndarray
-    ends: np.ndarray
-
-
 class SlotMap:
-    """The slotting of the arenas tasks both read and write, for a cohort of ``sessions``."""
+    """The slotting of ``arenas`` (the ones tasks both read and write) for ``accesses``, a verifier's list of
+    task operands, which the map's methods take by index."""
 
     def __init__(self, meta: dict, accesses: list[Access], arenas: tuple[int, ...]):
         self.sessions = int(meta["sessions"])
+        self.accesses = accesses
+        fields = np.array([(a.arena, a.offset, a.stride, *a.sessions, int(a.run_begin[0]), int(a.run_end[-1]))
+                           for a in accesses], np.int64).reshape(-1, 7)
+        arena, offset, stride, sb, se, first, last = fields.T
+        self.shift = np.zeros(len(accesses), np.int64)  # slot word = run element + shift (slotted arenas)
         self.regions: dict[int, list[Region] | None] = {}
         self.origins: dict[int, np.ndarray] = {}  # per slotted arena, its regions' origins (sorted)
-        for arena in arenas:
-            mine = [a for a in accesses if a.arena == arena]
-            self.regions[arena] = self._disjoint(self._candidate_regions(arena, meta, mine))
-            if self.regions[arena] is not FLAT:
-                self.origins[arena] = np.array([r.origin for r in self.regions[arena]], np.int64)
-                if not all(self._fits(arena, a) is not None for a in mine):
-                    self.regions[arena] = FLAT
+        for a in arenas:
+            idx = np.flatnonzero(arena == a)
+            regions = self._disjoint(self._candidate_regions(a, meta, set(stride[idx].tolist())))
+            if regions is not FLAT:
+                shift = self._fit(regions, offset[idx], stride[idx], sb[idx], se[idx], first[idx], last[idx])
+                if shift is None:
+                    regions = FLAT
+                else:
+                    self.shift[idx] = shift
+                    self.origins[a] = np.array([r.origin for r in regions], np.int64)
+            self.regions[a] = regions
 
     def flatten(self, arena: int) -> None:
         """Makes ``arena`` flat (a caller that needs each session's words apart)."""
@@ -74,14 +74,35 @@ class SlotMap:
     def slotted(self, arena: int) -> bool:
         return self.regions.get(arena) is not FLAT
 
-    def project(self, acc: Access) -> SlotWords:
-        """``acc`` in its arena's slot coordinates (the arena must be one the map was built for)."""
-        regions = self.regions[acc.arena]
-        if regions is FLAT:
-            begins, ends = acc.word_intervals()
-            return SlotWords((0, 1), begins, ends)
-        shift = self._fits(acc.arena, acc)
-        return SlotWords(acc.sessions, acc.run_begin + shift, acc.run_end + shift)
+    def words(self, idx: np.ndarray, arena: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Accesses ``idx`` of ``arena`` in its slot coordinates: word runs (begins, ends), the position in
+        ``idx`` of each run's access, and each access's sessions [n, 2] (slotted: its own; flat: [0, 1),
+        its runs then being its word intervals over all its sessions)."""
+        accs = [self.accesses[i] for i in idx]
+        if self.slotted(arena):
+            counts = [len(a.run_begin) for a in accs]
+            shift = np.repeat(self.shift[idx], counts)
+            begins = np.concatenate([a.run_begin for a in accs]) + shift
+            ends = np.concatenate([a.run_end for a in accs]) + shift
+            sessions = np.array([a.sessions for a in accs], np.int64).reshape(-1, 2)
+        else:
+            parts = [a.word_intervals() for a in accs]
+            counts = [len(p[0]) for p in parts]
+            begins, ends = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            sessions = np.tile(np.array([0, 1], np.int64), (len(accs), 1))
+        return begins, ends, np.repeat(np.arange(len(accs)), counts), sessions
+
+    def covers(self, i: int, word: int) -> tuple[bool, int]:
+        """Whether access ``i`` touches slot word ``word``, and its first session (flat: the session whose
+        copy holds the word)."""
+        acc = self.accesses[i]
+        if self.slotted(acc.arena):
+            w = word - int(self.shift[i])
+            return bool(((acc.run_begin <= w) & (w < acc.run_end)).any()), acc.sessions[0]
+        begins, ends = acc.word_intervals()
+        hit = np.flatnonzero((begins <= word) & (word < ends))
+        per_session = len(acc.run_begin)
+        return len(hit) > 0, acc.sessions[0] + (int(hit[0]) // per_session if len(hit) and acc.stride else 0)
 
     def arena_bytes(self, arena: int, b0: int, b1: int, session: int) -> tuple[int, int]:
         """Session ``session``'s copy, in arena bytes, of slot bytes [b0, b1) (the same bytes when flat)."""
@@ -98,9 +119,8 @@ class SlotMap:
         return (offset + np.arange(n, dtype=np.int64) * stride) // ELEM_BYTES
 
     # ---- building --------------------------------------------------------------------------------
-    def _candidate_regions(self, arena: int, meta: dict, mine: list[Access]) -> list[Region] | None:
+    def _candidate_regions(self, arena: int, meta: dict, strides: set[int]) -> list[Region] | None:
         if arena == Arena.ACT:
-            strides = {a.stride for a in mine}
             if len(strides) != 1 or 0 in strides:
                 return FLAT
             (period,) = strides
@@ -126,18 +146,20 @@ class SlotMap:
             return FLAT  # interleaved slots of two regions: slotting them would need a finer map
         return regions
 
-    def _fits(self, arena: int, acc: Access) -> int | None:
-        """The shift (words) from ``acc``'s runs to its slot words, or None when its sessions do not each
+    def _fit(self, regions: list[Region], offset, stride, sb, se, first, last) -> np.ndarray | None:
+        """Per access (arrays: byte offset and session stride, sessions [sb, se), first and last run element):
+        the shift (words) from its runs to its slot words, or None when one access's sessions do not each
         stay inside their own slot of one region."""
-        regions = self.regions[arena]
-        sb, se = acc.sessions
-        first = acc.offset + sb * acc.stride + ELEM_BYTES * int(acc.run_begin[0])
-        last = acc.offset + sb * acc.stride + ELEM_BYTES * int(acc.run_end[-1])
-        i = int(np.searchsorted(self.origins[arena], first, side="right")) - 1
-        if i < 0:
-            return None
-        r = regions[i]
-        slot = r.origin + sb * r.period
-        if not (slot <= first and last <= slot + r.size) or (se - sb > 1 and acc.stride != r.period):
-            return None
-        return (acc.offset + sb * (acc.stride - r.period)) // ELEM_BYTES
+        if not regions:
+            return None if len(offset) else np.zeros(0, np.int64)
+        origin = np.array([r.origin for r in regions], np.int64)
+        period = np.array([r.period for r in regions], np.int64)
+        size = np.array([r.size for r in regions], np.int64)
+        base = offset + sb * stride
+        lo, hi = base + ELEM_BYTES * first, base + ELEM_BYTES * last
+        r = np.searchsorted(origin, lo, side="right") - 1
+        ok = r >= 0
+        r = np.maximum(r, 0)
+        slot = origin[r] + sb * period[r]
+        ok &= (slot <= lo) & (hi <= slot + size[r]) & ((se - sb <= 1) | (stride == period[r]))
+        return (offset + sb * (stride - period[r])) // ELEM_BYTES if ok.all() else None
