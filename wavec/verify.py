@@ -94,13 +94,15 @@ class VerifyReport:
     seconds: float = 0.0
     level: str = "task"  # "phase": conflicting_pairs counts phase pairs (wavec.verify_phases)
     tile_pairs: int = 0  # phase level: of those phase pairs, the ones proved task by task
+    per_session_arenas: tuple[str, ...] = ()  # phase level: arenas proved in every session's words, not one's
 
     def summary(self) -> str:
         if self.level == "phase":
+            words = f"; {', '.join(self.per_session_arenas)} in per-session words" if self.per_session_arenas else ""
             return (
                 f"verified at phase level: {self.tasks} tasks, {self.edges} edges, {self.conflicting_pairs} phase "
                 f"pair{'' if self.conflicting_pairs == 1 else 's'} sharing bytes ordered in program order "
-                f"({self.tile_pairs} tile by tile)"
+                f"({self.tile_pairs} tile by tile{words})"
             )
         bound = "" if self.pairs_exact else " (at most; counted per access set)"
         return (
@@ -1013,10 +1015,11 @@ class _Verifier:
         if over:
             from wavec.verify_phases import PhaseProof
 
-            pairs, tile_pairs = PhaseProof(self, hb, SHARED_ARENAS).run()
+            pairs, tile_pairs, per_session = PhaseProof(self, hb, SHARED_ARENAS).run()
             return VerifyReport(
                 tasks=self.n, edges=hb.edges, conflicting_pairs=pairs, ordered=pairs, pairs_exact=True,
                 accesses=len(self.accesses), seconds=time.perf_counter() - t0, level="phase", tile_pairs=tile_pairs,
+                per_session_arenas=tuple(ARENA_NAMES[a] for a in per_session),
             )
         self.coverage()
         self.final_values()

@@ -99,14 +99,16 @@ class PhaseProof:
         return out
 
     # ---- driver ----------------------------------------------------------------------------------
-    def run(self) -> tuple[int, int]:
+    def run(self) -> tuple[int, int, list[int]]:
         """Raises the first violation (checks in the task-level order: races, dataflow, coverage, final
-        values); returns (phase pairs proved in program order, how many of them tile by tile). An arena in
-        which a phase's view covers some sessions only (a tile missing, or moved) is proved again flat,
-        where each session's words are its own, when its word intervals fit the verifier's budget."""
+        values); returns (phase pairs proved in program order, how many of them tile by tile, the arenas
+        proved in per-session words). An arena in which a phase's view covers some sessions only (a tile
+        missing, or moved) is proved again flat, where each session's words are its own, when its word
+        intervals fit the verifier's budget."""
         while True:
             try:
-                return self._prove()
+                pairs, tile_pairs = self._prove()
+                return pairs, tile_pairs, [a for a in self.shared if not self.slots.slotted(a)]
             except _PartialView as e:
                 words = sum(len(a.run_begin) * (a.n_sessions if a.stride else 1)
                             for a in self.accesses if a.arena == e.arena)
