@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -238,7 +239,7 @@ def test_output_moved_onto_other_phase_tensor():
 def test_shrunk_session_stride():
     prof = chain_profile()
     bad, _ = mut.shrink_session_stride(prof, row=row_of(prof, 4))  # C0 writes all of y: sessions 0, 1 overlap
-    rejects(bad, "task 4 ", "in two of its sessions", "tensor 'y'")
+    rejects(bad, "task 4 ", "output of session 1", "not inside session 1's slot of one output tensor", "tensor 'y'")
 
 
 def test_offset_out_of_arena():
@@ -362,6 +363,57 @@ def test_input_read_of_another_session():
     for q in (row_of(prof, 3),):  # and its sibling alike, so only the isolation check can see it
         bad.payloads[q]["offset"][1] = int(bad.payloads[q]["offset"][1]) + 4
     rejects(bad, "input operand 1 of session", "reads input arena bytes", "frame of one input")
+
+
+def copy_chain(sessions: int = 3):
+    """u = relu(x), y = u, one worker: returns the builder, its tensors and the counter of u's phase."""
+    pb = ProfileBuilder(sessions=sessions, workers=1)
+    x, u, y = pb.input("x", (4,)), pb.act("u", (4,)), pb.output("y", (4,))
+    done = pb.counter()
+    pb.task(ewise("relu(%0)", (4,), [(1,)]), [x], u, signal=done)
+    return pb, u, y, done
+
+
+@pytest.mark.parametrize("view", ["stride 0", "next session"])
+def test_act_read_of_another_session(view):
+    """Every producer is in place, yet session s reads session 0's (stride 0) or session s + 1's activations:
+    only session isolation in the act arena can see it (interp: session 1 returns session 0's y)."""
+    pb, u, y, done = copy_chain()
+    other = replace(u, session_stride=0) if view == "stride 0" else u.at(u.session_stride // 4)
+    pb.task(ewise("%0", (4,), [(1,)]), [other], y, sessions=(0, 2), waits=[(done, 1)])
+    pb.task(ewise("%0", (4,), [(1,)]), [u], y, sessions=(2, 3), waits=[(done, 1)])
+    rejects(pb.build(), "input operand 0 of session", "not inside session", "slot of one act tensor")
+
+
+def test_output_nobody_writes():
+    """y is declared but no task touches the output arena at all."""
+    pb, _, _, _ = copy_chain()
+    rejects(pb.build(), "output 'y' of session 0", "is not written by any task in a beat")
+
+
+def test_state_slot_beyond_4_tib_still_separates_views():
+    """A state at byte 2^42: one task reads it and writes another state g, which a task on another worker
+    writes too (an unordered write-after-write, whatever the arena's size)."""
+    from profile_builder import Tensor, _binding
+    from wavec.opcodes import Arena
+
+    pb = ProfileBuilder(sessions=1, workers=2)
+    x = pb.input("x", (4,))
+    g, g0 = pb.state("g", np.zeros(4, np.float32))
+    h = Tensor("h", Arena.STATE, 1 << 42, 16, (4,))
+    pb.arena_bytes[Arena.STATE] = (1 << 42) + 16
+    pb.states.append({**_binding(h), "output": None, "init_offset": g0.offset})
+    pb.tensors.append({"name": "h", "arena": "state", "offset": h.offset, "bytes": 16, "session_stride": 16})
+    pb.task(ewise("add(%0, %1)", (4,), [(1,), (1,)]), [h, x], h, worker=0)
+    pb.task(ewise("%0", (4,), [(1,)]), [h], g, worker=0)
+    pb.task(ewise("%0", (4,), [(1,)]), [x], g, worker=1)
+    rejects(pb.build(), "race (write-after-write)", "tensor 'g'")
+
+
+def test_offset_beyond_any_arena():
+    prof = chain_profile()
+    prof.payloads[row_of(prof, 2)]["offset"][0] = 1 << 63
+    rejects(prof, "task 2 ", "operand 0 offset", "beyond any arena")
 
 
 def test_params_pointer_inside_a_block():

@@ -69,6 +69,20 @@ def test_a_phase_reading_its_own_output_is_left_unproved_at_phase_level():
         verify_profile(profile, level="task")
 
 
+def test_phases_interleaved_in_program_order_are_left_unproved_at_phase_level():
+    """A phase table (task id lists) putting tasks 0 and 2 in one phase, 1 in another: the phase level takes
+    a phase's place in the program from its ids, so it does not judge this (correct) chain."""
+    pb = ProfileBuilder(sessions=2, workers=1)
+    x, u, v, y = pb.input("x", (4,)), pb.act("u", (4,)), pb.act("v", (4,)), pb.output("y", (4,))
+    for src, dst in ((x, u), (u, v), (v, y)):
+        pb.task(ewise("%0", (4,), [(1,)]), [src], dst)
+    pb.meta_extra["phases"] = [{"name": "A+C", "tasks": [0, 2]}, {"name": "B", "tasks": [1]}]
+    profile = pb.build()
+    assert verify_profile(profile, level="task").level == "task"
+    with pytest.raises(VerificationTooLarge, match="phases interleave in program order"):
+        verify_profile(profile, level="phase")
+
+
 def test_a_view_of_some_sessions_is_proved_in_per_session_words_within_the_budget():
     bad, _ = mut.drop_task(state_profile(), row=row_of(state_profile(), 3))  # h of sessions 2-3 not updated
     on_q = bad.payloads["wait_counter"] == 2

@@ -76,6 +76,7 @@ from wavec.payload import operand_arena
 from wavec.profile import Profile
 
 ARENA_NAMES = {int(a): a.name.lower() for a in Arena}
+MAX_ARENA_BYTES = 1 << 48  # offsets and strides beyond it are corrupt (and would overflow int64 footprints)
 SHARED_ARENAS = (Arena.STATE, Arena.ACT, Arena.OUTPUT)  # arenas tasks both read and write
 FRESH_ARENAS = (Arena.ACT, Arena.OUTPUT)  # bytes that hold nothing at the start of a beat
 
@@ -380,6 +381,11 @@ class _Verifier:
                         raise VerificationError(
                             f"{self.name(r)}: operand {k} {f} = {value} bytes is not a multiple of 4 (float32)"
                         )
+                    if abs(value) >= MAX_ARENA_BYTES:
+                        raise VerificationError(
+                            f"{self.name(r)}: operand {k} {f} = {value} bytes lies beyond any arena (they are below "
+                            f"2^{MAX_ARENA_BYTES.bit_length() - 1} bytes): fix the operand's {f}"
+                        )
         self.bindings()
 
     def ewise_body(self, r: int, params: EwiseParams) -> None:
@@ -485,6 +491,8 @@ class _Verifier:
         def add(arena: Arena, spec: dict, what: str) -> None:
             nbytes = ELEM_BYTES * int(np.prod(spec.get("shape", ()), dtype=np.int64))
             off, stride = int(spec["offset"]), int(spec["session_stride"])
+            if max(abs(off), abs(stride)) >= MAX_ARENA_BYTES:
+                raise VerificationError(f"{what}: offset {off} or session stride {stride} bytes lies beyond any arena")
             for s in range(self.sessions):
                 b = off + s * stride
                 if b < 0 or b + nbytes > self.arena_bytes[int(arena)]:
@@ -526,7 +534,44 @@ class _Verifier:
                     continue
                 self.check_access(acc)
                 out.append(acc)
+        for arena in (Arena.ACT, Arena.OUTPUT):
+            self.check_tensor_slots(arena, [a for a in out if a.arena == arena])
         return out
+
+    def check_tensor_slots(self, arena: int, accesses: list[Access]) -> None:
+        """Session isolation in the act and output arenas: session s of a task touches only session s's slot
+        of one tensor the arena plan (profile.json ``tensors``) puts there (a tensor of session stride 0 is
+        the same bytes for every session). Without it session s could read another session's activations
+        with every producer in place. Checked for all accesses at once: duplex:1b has 2,246 act tensors."""
+        if not accesses:
+            return
+        name = ARENA_NAMES[arena]
+        table = np.array([(int(t["offset"]), int(t["session_stride"]), int(t["bytes"]))
+                          for t in self.meta.get("tensors", []) if t.get("arena") == name], np.int64).reshape(-1, 3)
+        counts = [a.n_sessions for a in accesses]
+        which = np.repeat(np.arange(len(accesses)), counts)
+        session = concat_ranges([a.sessions[0] for a in accesses], [a.sessions[1] for a in accesses])
+        first = np.array([a.offset + ELEM_BYTES * int(a.run_begin[0]) for a in accesses], np.int64)[which]
+        size = np.array([ELEM_BYTES * int(a.run_end[-1] - a.run_begin[0]) for a in accesses], np.int64)[which]
+        lo = first + session * np.array([a.stride for a in accesses], np.int64)[which]
+        inside = np.zeros(len(lo), bool)
+        for stride in np.unique(table[:, 1]):
+            off, nbytes = table[table[:, 1] == stride, 0], table[table[:, 1] == stride, 2]
+            o = np.argsort(off)
+            off, reach = off[o], np.maximum.accumulate((off + nbytes)[o])  # the farthest end of tensors at or before
+            at = lo - session * stride  # where session s's bytes sit in session 0's layout
+            i = np.searchsorted(off, at, side="right") - 1
+            inside |= (i >= 0) & (reach[np.maximum(i, 0)] >= at + size)
+        bad = np.flatnonzero(~inside)
+        if len(bad):
+            acc, s = accesses[int(which[bad[0]])], int(session[bad[0]])
+            what = "output" if acc.operand == OUT else f"input operand {acc.operand}"
+            span = self.where(arena, int(lo[bad[0]]), int(lo[bad[0]] + size[bad[0]]))
+            raise VerificationError(
+                f"{self.name(acc.row)}: {what} of session {s} touches {span}, which is not inside session {s}'s slot "
+                f"of one {name} tensor of the arena plan (profile.json tensors): a task of session s may touch only "
+                "session s's bytes. Fix the operand's offset or session stride"
+            )
 
     def check_budget(self, incidences: int, bound: str = "") -> None:
         if self.max_incidences and incidences > self.max_incidences:
@@ -962,24 +1007,21 @@ class _Verifier:
         written word intervals ``parts``; ``binding_words(arena, spec)`` gives where each copy starts in
         the words of ``parts``."""
         what, key = ("output", "outputs") if arena == Arena.OUTPUT else ("state", "states")
-        if parts:
-            b = np.concatenate([p[0] for p in parts]) * ELEM_BYTES
-            e = np.concatenate([p[1] for p in parts]) * ELEM_BYTES
-            o = np.argsort(b, kind="stable")
-            b, e = b[o], np.maximum.accumulate(e[o])
-            new = np.r_[True, b[1:] > e[:-1]]
-            mb = b[new]
-            me = e[np.r_[np.flatnonzero(new)[1:] - 1, len(e) - 1]]
-        else:
-            mb = me = np.zeros(0, np.int64)
+        b = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in parts)]) * ELEM_BYTES
+        e = np.concatenate([np.zeros(0, np.int64), *(p[1] for p in parts)]) * ELEM_BYTES
+        o = np.argsort(b, kind="stable")
+        b, e = b[o], np.maximum.accumulate(e[o]) if len(e) else e
+        new = np.r_[True, b[1:] > e[:-1]][: len(b)]
+        mb = b[new]
+        me = e[np.r_[np.flatnonzero(new)[1:] - 1, len(e) - 1]] if len(e) else e
         for spec in self.meta.get(key, []):
             nbytes = ELEM_BYTES * int(np.prod(spec["shape"], dtype=np.int64))
             if nbytes == 0:
                 continue
             start = binding_words(arena, spec) * ELEM_BYTES
             i = np.searchsorted(mb, start, side="right") - 1
-            cov_end = np.where(i >= 0, me[np.maximum(i, 0)], start)
-            covered = np.maximum(cov_end, start)
+            cov_end = me[np.maximum(i, 0)] if len(me) else start
+            covered = np.maximum(np.where(i >= 0, cov_end, start), start)
             bad = np.flatnonzero(covered < start + nbytes)
             if len(bad):
                 s = int(bad[0])

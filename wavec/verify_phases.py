@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from wavec.verify import _Verifier
 
 PAIR_CHUNK = 1 << 16  # phase pairs whose clocks are compared at once (x workers bytes)
-SLOT_WORD_BITS = 40  # slot words are below 2^40 (arenas below 4 TB)
 
 
 class PhaseProof:
@@ -77,7 +76,14 @@ class PhaseProof:
         np.minimum.at(first, inverse.ravel(), self.v.task_id)
         rank = np.empty(len(keys), np.int64)
         rank[np.argsort(first, kind="stable")] = np.arange(len(keys))
-        return rank[inverse.ravel()]
+        rank = rank[inverse.ravel()]
+        if (np.diff(rank[np.argsort(self.v.task_id)]) < 0).any():
+            raise VerificationTooLarge(
+                "the phases interleave in program order (task ids): the phase-level proof takes a phase's place "
+                "in the program from its tasks' ids, which wavec.emit numbers phase after phase; verify at task "
+                "level (`wavec verify --level task`)"
+            )
+        return rank
 
     def _phase_clocks(self) -> tuple[np.ndarray, np.ndarray]:
         """Per phase and worker: the least clock over the phase's tasks, and the position of its last task
@@ -133,11 +139,10 @@ class PhaseProof:
         tile_pairs = self.phases_in_order(pairs)
         for arena, flow in flows.items():
             self.dataflow(arena, flow)
-        for arena in (Arena.OUTPUT, Arena.STATE):
-            if arena in flows:
-                views = flows[arena].views
-                written = views.write[views.which]
-                self.v.check_coverage(arena, [(views.begins[written], views.ends[written])], self.binding_slot_words)
+        for arena in (Arena.OUTPUT, Arena.STATE):  # an arena nobody touches still owes its bindings' bytes
+            views = flows[arena].views if arena in flows else collected[arena].done()
+            written = views.write[views.which] if views.n else np.zeros(0, bool)
+            self.v.check_coverage(arena, [(views.begins[written], views.ends[written])], self.binding_slot_words)
         for arena in (Arena.STATE, Arena.OUTPUT):
             if arena in flows:
                 self.final_values(arena, flows[arena])
@@ -397,7 +402,10 @@ class _PhaseViews:
         view = views[local]
         o = np.lexsort((begins, view))
         view, b, e = view[o], begins[o], ends[o]
-        shift = view << SLOT_WORD_BITS
+        # Each view's runs merged apart from the others': its words lifted past every word of the views before.
+        shift = view * (int(e.max()) + 1) if int(view.max()) * (int(e.max()) + 1) < 1 << 62 else None
+        if shift is None:
+            raise VerificationTooLarge(f"slot words up to {int(e.max()):,}: beyond the phase-level proof's arithmetic")
         reach = np.maximum.accumulate(e + shift)
         new = np.r_[True, b[1:] + shift[1:] > reach[:-1]]
         end = reach[np.r_[np.flatnonzero(new)[1:] - 1, len(b) - 1]] - shift[new]
