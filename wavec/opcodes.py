@@ -645,24 +645,48 @@ def footprint(params: Params, operand: int, begin: int, end: int, n_inputs: int)
     """Element offsets (relative to the operand's session start) that output elements ``[begin, end)`` of
     one session touch in ``operand`` (an input slot, or OUT). Exact for every opcode except CONV's
     inputs, where it is a superset: for ``x`` the whole images the tile's batch rows cover, for ``w`` and
-    ``bias`` the whole tensor."""
+    ``bias`` the whole tensor. A pointwise view's offsets come one per output element, unsorted and with
+    repeats where the view aliases (callers that need a set dedupe them)."""
+    terms = _footprint_terms(params, operand, begin, end)
+    if isinstance(terms, range):
+        return np.arange(terms.start, terms.stop, dtype=np.int64)
+    rows, inner = terms
+    return rows if inner is None else _sum_set(_distinct(rows), _distinct(inner))
+
+
+def footprint_hull(params: Params, operand: int, begin: int, end: int) -> tuple[int, int] | None:
+    """The least and greatest element offset of ``footprint(...)`` (None when it is empty), without
+    enumerating a matmul's rows x k: what a bounds check needs of a read-only operand (a weight's tile of
+    duplex:11b spans millions of elements)."""
+    terms = _footprint_terms(params, operand, begin, end)
+    if isinstance(terms, range):
+        return (terms.start, terms.stop - 1) if len(terms) else None
+    rows, inner = terms
+    if len(rows) == 0 or (inner is not None and len(inner) == 0):
+        return None
+    lo, hi = int(rows.min()), int(rows.max())
+    return (lo, hi) if inner is None else (lo + int(inner.min()), hi + int(inner.max()))
+
+
+def _footprint_terms(params: Params, operand: int, begin: int, end: int):
+    """`footprint` as the sums of two offset sets, (rows, inner), ``inner`` None for a pointwise view (one
+    offset per output element), or a CONV operand's contiguous ``range``."""
     if operand == OUT:
         strides = params.out_strides if not isinstance(params, ConvParams) else contiguous_strides(params.shape)
-        return view_offsets(params.shape, strides, begin, end)
+        return view_offsets(params.shape, strides, begin, end), None
     if isinstance(params, EwiseParams):
-        return view_offsets(params.shape, params.in_strides[operand], begin, end)
+        return view_offsets(params.shape, params.in_strides[operand], begin, end), None
     if isinstance(params, (MatmulParams, ConvParams)) and operand >= params.epilogue_slot:  # an epilogue's extra
         ep = params.epilogue
-        return view_offsets(ep.shape, ep.strides[operand - params.epilogue_slot], begin, end)
+        return view_offsets(ep.shape, ep.strides[operand - params.epilogue_slot], begin, end), None
     if isinstance(params, MatmulParams):  # a, b, or a prologue's extra input (read like a: per output and k)
         strides = (params.a_strides, params.b_strides, *params.prologue.strides)[operand]
-        rows = _distinct(view_offsets(params.shape, strides[:-1], begin, end))  # outputs of one row share it
-        return _sum_set(rows, _distinct(np.arange(params.k, dtype=np.int64) * abs(strides[-1])) + min(0, (params.k - 1) * strides[-1]))
+        rows = view_offsets(params.shape, strides[:-1], begin, end)  # outputs of one row share it
+        return rows, np.arange(params.k, dtype=np.int64) * abs(strides[-1]) + min(0, (params.k - 1) * strides[-1])
     if isinstance(params, ReduceParams):
-        rows = _distinct(view_offsets(params.shape, params.in_strides, begin, end))
-        red = _distinct(view_offsets(params.rshape, params.rstrides, 0, int(np.prod(params.rshape, dtype=np.int64))))
-        return _sum_set(rows, red)
-    return np.arange(*_conv_operand_range(params, operand, begin, end), dtype=np.int64)
+        rows = view_offsets(params.shape, params.in_strides, begin, end)
+        return rows, view_offsets(params.rshape, params.rstrides, 0, int(np.prod(params.rshape, dtype=np.int64)))
+    return range(*_conv_operand_range(params, operand, begin, end))
 
 
 def _distinct(offsets: np.ndarray) -> np.ndarray:

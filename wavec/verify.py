@@ -528,8 +528,9 @@ class _Verifier:
         for r, (at, n_in, sb, se, eb, ee, offset, stride, arenas) in enumerate(zip(*(self.rec[f].tolist() for f in fields))):
             params = self.params[r]
             for k in [*range(n_in), OUT]:
-                rb, re_, dups = cache.runs(at, params, k, eb, ee, n_in)
-                acc = Access(r, k, (arenas >> (4 * k)) & 0xF, k == OUT, offset[k], stride[k], (sb, se), rb, re_, dups)
+                arena = (arenas >> (4 * k)) & 0xF
+                rb, re_, dups = cache.runs(at, params, k, eb, ee, n_in, hull=arena not in SHARED_ARENAS and k != OUT)
+                acc = Access(r, k, arena, k == OUT, offset[k], stride[k], (sb, se), rb, re_, dups)
                 if acc.empty:
                     continue
                 self.check_access(acc)

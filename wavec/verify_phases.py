@@ -302,7 +302,7 @@ class PhaseProof:
             )
         src = np.where(source < 0, self.v.CARRIED, source)
         part = self.v.part_of(arena, g.points[g.rep[rg]] * ELEM_BYTES)
-        key = np.unique(np.stack([rv, part], axis=1), axis=0, return_inverse=True)[1].ravel()
+        key = rv * (int(part.max(initial=0)) + 1) + part  # one key per (view, part of its tensor)
         o = np.lexsort((src, key))
         mixed = np.flatnonzero((key[o][1:] == key[o][:-1]) & (src[o][1:] != src[o][:-1]))
         if not len(mixed):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wavec.opcodes import n_task_inputs, ELEM_BYTES, OUT, ConvParams, EwiseParams, MatmulParams, Params, footprint
+from wavec.opcodes import ELEM_BYTES, Params, footprint, footprint_hull, n_task_inputs
 
 
 def expected_inputs(params: Params) -> int:
@@ -80,11 +80,18 @@ class FootprintCache:
     def __init__(self, params_table: np.ndarray, unpack):
         self.table = params_table
         self.unpack = unpack
-        self._fp: dict[tuple[int, int, int, int, int], tuple[np.ndarray, np.ndarray, int]] = {}
+        self._fp: dict[tuple[int, int, int, int, int, bool], tuple[np.ndarray, np.ndarray, int]] = {}
 
-    def runs(self, params_at: int, params: Params, operand: int, begin: int, end: int, n_inputs: int):
-        key = (params_at, operand, begin, end, n_inputs)
+    def runs(self, params_at: int, params: Params, operand: int, begin: int, end: int, n_inputs: int,
+             hull: bool = False):
+        """(run begins, run ends, repeated points) of the footprint; with ``hull``, one run from its least to
+        its greatest element and no count of repeats (all a read-only arena's checks need)."""
+        key = (params_at, operand, begin, end, n_inputs, hull)
         hit = self._fp.get(key)
+        if hit is None and hull:
+            extent = footprint_hull(params, operand, begin, end)
+            hit = self._fp[key] = (np.zeros(0, np.int64),) * 2 + (0,) if extent is None else (
+                np.array([extent[0]], np.int64), np.array([extent[1] + 1], np.int64), 0)
         if hit is None:
             elems = np.asarray(footprint(params, operand, begin, end, n_inputs), np.int64)
             uniq = elems
