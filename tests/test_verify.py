@@ -385,6 +385,19 @@ def test_act_read_of_another_session(view):
     rejects(pb.build(), "input operand 0 of session", "not inside session", "slot of one act tensor")
 
 
+@pytest.mark.parametrize("entry", ["stride 0", "session 0 over session 1"])
+def test_an_arena_plan_that_shares_a_session_s_bytes(entry):
+    """A tensors table that would let any session's task pass the act isolation check: a tensor of session
+    stride 0 (the same bytes for every session), or one whose slot of session 0 is session 1's slot of u."""
+    pb, u, y, done = copy_chain()
+    pb.task(ewise("%0", (4,), [(1,)]), [u], y, waits=[(done, 1)])
+    profile = pb.build()
+    lax = {"name": "lax", "arena": "act", "bytes": 16, "offset": u.offset + u.session_stride,
+           "session_stride": 0 if entry == "stride 0" else u.session_stride}
+    profile.meta["tensors"].append(lax)
+    rejects(profile, "the arena plan gives act arena bytes", "two sessions' data would share bytes", "'lax'")
+
+
 def test_output_nobody_writes():
     """y is declared but no task touches the output arena at all."""
     pb, _, _, _ = copy_chain()

@@ -387,6 +387,8 @@ class _Verifier:
                             f"2^{MAX_ARENA_BYTES.bit_length() - 1} bytes): fix the operand's {f}"
                         )
         self.bindings()
+        for arena in (Arena.ACT, Arena.OUTPUT):
+            self.plan_isolates_sessions(arena)
 
     def ewise_body(self, r: int, params: EwiseParams) -> None:
         """The CUDA kernel runs generated body ``params.body`` instead of the block's code: it must be an
@@ -518,6 +520,37 @@ class _Verifier:
                         f"{w0} and {w1} overlap in {ARENA_NAMES[arena]} arena bytes [{b1}, {min(e0, e1)}): "
                         "bindings must be disjoint; fix the arena plan"
                     )
+
+    def plan_isolates_sessions(self, arena: int) -> None:
+        """No byte of the arena plan (profile.json ``tensors`` in ``arena``) belongs to two sessions: slot s of
+        one tensor may share bytes with slot s of another (recycling within a session), never with a slot of
+        another session. `check_tensor_slots` then holds every task of session s to bytes of session s alone.
+        One sweep over the slots in address order: the first slot to overlap one of another session overlaps
+        the farthest-reaching slot before it, which is of that other session."""
+        name = ARENA_NAMES[arena]
+        table = np.array([(int(t["offset"]), int(t["session_stride"]), int(t["bytes"]))
+                          for t in self.meta.get("tensors", []) if t.get("arena") == name and int(t["bytes"]) > 0],
+                         np.int64).reshape(-1, 3)
+        if not len(table) or self.sessions < 2:
+            return
+        session = np.tile(np.arange(self.sessions, dtype=np.int64), len(table))
+        tensor = np.repeat(np.arange(len(table)), self.sessions)
+        begin = table[tensor, 0] + session * table[tensor, 1]
+        end = begin + table[tensor, 2]
+        o = np.lexsort((end, begin))
+        begin, end, session, tensor = begin[o], end[o], session[o], tensor[o]
+        reach = np.maximum.accumulate(end)
+        farthest = np.maximum.accumulate(np.where(end == reach, np.arange(len(end)), 0))
+        bad = np.flatnonzero((begin[1:] < reach[:-1]) & (session[farthest[:-1]] != session[1:])) + 1
+        if len(bad):
+            i, j = int(bad[0]), int(farthest[bad[0] - 1])
+            named = [t["name"] for t in self.meta["tensors"] if t.get("arena") == name and int(t["bytes"]) > 0]
+            raise VerificationError(
+                f"the arena plan gives {name} arena bytes [{int(begin[i])}, {min(int(end[i]), int(end[j]))}) to session "
+                f"{int(session[i])} of tensor {named[tensor[i]]!r} and to session {int(session[j])} of tensor "
+                f"{named[tensor[j]]!r} (profile.json tensors): two sessions' data would share bytes. Give every "
+                "session's slot bytes of its own (offsets, session strides)"
+            )
 
     # ---- 3. footprints -------------------------------------------------------------------------
     def footprints(self) -> list[Access]:
