@@ -9,14 +9,17 @@ the arena, the byte range, the kind of conflict and what to do):
    ``ewise_bodies`` entry of its own expression, rank and input count, one that keeps input k (stores
    only where a select's condition holds) only for a task whose input k is its output; tiles lie inside the cohort
    and the iteration space; operand arenas exist; offsets and session strides are multiples of 4; the
-   input, output and state bindings lie inside their arenas and do not overlap each other.
+   input, output and state bindings lie inside their arenas and do not overlap each other; profile.json's
+   phases place every task in one phase; the arena plan (profile.json ``tensors``) gives no byte of the ACT
+   or OUTPUT arena to two sessions.
 2. happens-before (wavec.analysis.happens_before): every wait has exactly ``wait_count`` signallers, no
    task waits on or signals the end-of-beat counter 0, and worker order plus waits form no cycle.
 3. footprints (wavec.analysis.footprints): every byte an operand touches lies inside its arena (INPUT and
    OUTPUT: inside one half); nothing writes the WEIGHTS or INPUT arena (read-only / owned by the host);
    an operand in the STATE arena touches, for each session s of its task, only slot s of one state; no
    task writes one byte twice (two sessions or two output elements onto one byte); session s of a task
-   reads, in the INPUT arena, only session s's frame of one input or its reset flag. Then uniform tiles:
+   reads, in the INPUT arena, only session s's frame of one input or its reset flag, and touches, in the
+   ACT and OUTPUT arenas, only session s's slot of one tensor of the arena plan. Then uniform tiles:
    the tasks of one phase that write one output view run equal parameters and read the same input
    views (tiles of one op differ only in their bounds), so a tile cannot read a stale tensor, another
    arena or another session stride that its siblings do not.
