@@ -385,17 +385,69 @@ def test_act_read_of_another_session(view):
     rejects(pb.build(), "input operand 0 of session", "not inside session", "slot of one act tensor")
 
 
-@pytest.mark.parametrize("entry", ["stride 0", "session 0 over session 1"])
-def test_an_arena_plan_that_shares_a_session_s_bytes(entry):
-    """A tensors table that would let any session's task pass the act isolation check: a tensor of session
-    stride 0 (the same bytes for every session), or one whose slot of session 0 is session 1's slot of u."""
-    pb, u, y, done = copy_chain()
+@pytest.mark.parametrize("stride", [0, -1], ids=["stride 0", "sessions swapped"])
+def test_an_arena_plan_that_shares_a_session_s_bytes(stride):
+    """A tensors table that would let a task pass the act isolation check with another session's bytes: a
+    tensor at u's session 1 of session stride 0 (the same bytes for every session), or of stride minus u's
+    (its session 0 is u's session 1, its session 1 u's session 0)."""
+    pb, u, y, done = copy_chain(sessions=2)
     pb.task(ewise("%0", (4,), [(1,)]), [u], y, waits=[(done, 1)])
     profile = pb.build()
     lax = {"name": "lax", "arena": "act", "bytes": 16, "offset": u.offset + u.session_stride,
-           "session_stride": 0 if entry == "stride 0" else u.session_stride}
+           "session_stride": stride * u.session_stride}
     profile.meta["tensors"].append(lax)
     rejects(profile, "the arena plan gives act arena bytes", "two sessions' data would share bytes", "'lax'")
+
+
+@pytest.mark.parametrize("entry", [{"offset": 1 << 63}, {"offset": "a"}, {"offset": ...}, {"session_stride": 1 << 62},
+                                   {"offset": (1 << 63) - 32, "session_stride": -(1 << 63) + 16}, {"bytes": 1 << 20}],
+                         ids=["offset 2^63", "offset text", "no offset", "stride 2^62", "wraps int64", "past the arena"])
+def test_a_tensors_table_out_of_range_is_an_error(entry):
+    """profile.json tensors entries are checked before the isolation checks read them: a value that wraps
+    int64 had made a stride-0 read of another session's activations look inside its own slot."""
+    pb, u, y, done = copy_chain(sessions=2)
+    pb.task(ewise("%0", (4,), [(1,)]), [replace(u, session_stride=0)], y, waits=[(done, 1)])
+    profile = pb.build()
+    odd = {"name": "odd", "arena": "act", "bytes": 16, "offset": 0, "session_stride": 16, **entry}
+    profile.meta["tensors"].append({k: v for k, v in odd.items() if v is not ...})  # ...: the key left out
+    rejects(profile, "profile.json tensors[", "malformed (KeyError" if ... in entry.values() else "'odd'")
+
+
+def test_a_recycled_buffer_overwritten_before_its_reader_reads_it():
+    """A: b = relu(x); B: y1 = b; C: b = 2 x; D: y2 = b, with B waiting on C and C on A: every conflicting
+    pair is ordered and every read has one producer, but B reads C's value (interp: y1 = 2 x). The program
+    runs B's phase before C's."""
+    pb = ProfileBuilder(sessions=2, workers=2)
+    x, b = pb.input("x", (4,)), pb.act("b", (4,))
+    y1, y2 = pb.output("y1", (4,)), pb.output("y2", (4,))
+    a, bb, c, d = (pb.counter() for _ in range(4))
+    copy = ewise("%0", (4,), [(1,)])
+    pb.task(ewise("relu(%0)", (4,), [(1,)]), [x], b, worker=0, signal=a)
+    pb.task(copy, [b], y1, worker=1, waits=[(c, 1)], signal=bb)
+    pb.task(ewise("mul(%0, 2.0)", (4,), [(1,)]), [x], b, worker=0, waits=[(a, 1)], signal=c)
+    pb.task(copy, [b], y2, worker=1, waits=[(c, 1)], signal=d)
+    rejects(pb.build(), "task 2 ", "happens before task 1 ", "though its phase comes later in program order")
+
+
+def shared_chain(source: str):
+    """t = 2 * (W or session 0's x), once for the cohort into a shared act tensor (session stride 0); y = t
+    for every session."""
+    from wavec.opcodes import Arena
+
+    pb = ProfileBuilder(sessions=3, workers=1)
+    x, w = pb.input("x", (4,)), pb.weight("W", np.arange(4, dtype=np.float32))
+    t, y = pb.tensor("t", Arena.ACT, (4,), shared=True), pb.output("y", (4,))
+    done = pb.counter()
+    pb.task(ewise("mul(%0, 2.0)", (4,), [(1,)]), [w if source == "weights" else x], t, sessions=(0, 1), signal=done)
+    pb.task(ewise("%0", (4,), [(1,)]), [t], y, waits=[(done, 1)])
+    return pb.build()
+
+
+def test_a_tensor_shared_by_the_cohort_is_computed_from_weights():
+    for level in ("task", "phase"):
+        assert verify_profile(shared_chain("weights"), level=level).level == level
+    rejects(shared_chain("input"), "task 0 ", "writes a tensor every session shares", "input arena bytes",
+            "one session's data would reach every session")
 
 
 def test_output_nobody_writes():

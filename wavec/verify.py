@@ -79,6 +79,7 @@ from wavec.payload import operand_arena
 from wavec.profile import Profile
 
 ARENA_NAMES = {int(a): a.name.lower() for a in Arena}
+ARENA_ID = {name: a for a, name in ARENA_NAMES.items()}
 MAX_ARENA_BYTES = 1 << 48  # offsets and strides beyond it are corrupt (and would overflow int64 footprints)
 SHARED_ARENAS = (Arena.STATE, Arena.ACT, Arena.OUTPUT)  # arenas tasks both read and write
 FRESH_ARENAS = (Arena.ACT, Arena.OUTPUT)  # bytes that hold nothing at the start of a beat
@@ -390,6 +391,7 @@ class _Verifier:
                             f"2^{MAX_ARENA_BYTES.bit_length() - 1} bytes): fix the operand's {f}"
                         )
         self.bindings()
+        self.plan  # noqa: B018 - checks the arena plan's table before anything reads it
         for arena in (Arena.ACT, Arena.OUTPUT):
             self.plan_isolates_sessions(arena)
 
@@ -524,20 +526,60 @@ class _Verifier:
                         "bindings must be disjoint; fix the arena plan"
                     )
 
+    @functools.cached_property
+    def plan(self) -> dict[str, tuple[np.ndarray, list[str]]]:
+        """profile.json ``tensors`` (the arena plan), checked and read once: per arena name, [offset, session
+        stride, bytes] rows (int64) and the tensors' names. Every entry names an arena, has integer offset,
+        session stride and bytes, puts every session's slot inside its arena, and declares parts
+        (``part_bytes``) inside a slot; else VerificationError (a table that wraps int64 could make a
+        session's slot look like another's)."""
+        rows: dict[str, list] = {name: [] for name in ARENA_NAMES.values()}
+        names: dict[str, list[str]] = {name: [] for name in ARENA_NAMES.values()}
+        last = self.sessions - 1
+        for i, t in enumerate(self.meta.get("tensors") or []):
+            try:
+                arena, name = t["arena"], str(t["name"])
+                off, stride, nbytes = (t[k] for k in ("offset", "session_stride", "bytes"))
+                numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (off, stride, nbytes))
+                parts = [tuple(p) for p in t.get("part_bytes") or []]
+            except (KeyError, TypeError, ValueError) as e:
+                raise VerificationError(f"profile.json tensors[{i}] is malformed ({type(e).__name__}: {e}): each "
+                                        "tensor needs a name, an arena, and integer offset, session_stride and bytes") from e
+            if arena not in rows or not numbers or nbytes < 0 or max(abs(off), abs(stride)) >= MAX_ARENA_BYTES:
+                raise VerificationError(
+                    f"profile.json tensors[{i}] ({name!r}): arena {arena!r}, offset {off!r}, session stride {stride!r}, "
+                    f"bytes {nbytes!r}: the arena must be one of {', '.join(rows)}, the numbers integers, bytes >= 0 "
+                    f"and offsets and strides below 2^{MAX_ARENA_BYTES.bit_length() - 1}"
+                )
+            lo, hi = min(off, off + last * stride), max(off, off + last * stride) + nbytes
+            if nbytes and (lo < 0 or hi > self.arena_bytes[ARENA_ID[arena]]):
+                raise VerificationError(
+                    f"profile.json tensors[{i}] ({name!r}): its slots span {arena} arena bytes [{lo}, {hi}), outside the "
+                    f"arena of {self.arena_bytes[ARENA_ID[arena]]} bytes: fix the arena plan"
+                )
+            if not all(len(p) == 2 and all(isinstance(b, int) for b in p) and 0 <= p[0] <= p[1] <= max(nbytes, stride)
+                       for p in parts):
+                raise VerificationError(f"profile.json tensors[{i}] ({name!r}): part_bytes {parts} do not lie inside "
+                                        "one session's slot")
+            rows[arena].append((off, stride, nbytes))
+            names[arena].append(name)
+        return {a: (np.array(rows[a], np.int64).reshape(-1, 3), names[a]) for a in rows}
+
     def plan_isolates_sessions(self, arena: int) -> None:
         """No byte of the arena plan (profile.json ``tensors`` in ``arena``) belongs to two sessions: slot s of
         one tensor may share bytes with slot s of another (recycling within a session), never with a slot of
-        another session. `check_tensor_slots` then holds every task of session s to bytes of session s alone.
-        One sweep over the slots in address order: the first slot to overlap one of another session overlaps
-        the farthest-reaching slot before it, which is of that other session."""
+        another session; a tensor every session shares (session stride 0) may share bytes with other shared
+        ones only. `check_tensor_slots` then holds every task of session s to bytes of session s and shared
+        bytes. One sweep over the slots in address order: the first slot to overlap one of another owner
+        overlaps the farthest-reaching slot before it, which is of that other owner."""
         name = ARENA_NAMES[arena]
-        table = np.array([(int(t["offset"]), int(t["session_stride"]), int(t["bytes"]))
-                          for t in self.meta.get("tensors", []) if t.get("arena") == name and int(t["bytes"]) > 0],
-                         np.int64).reshape(-1, 3)
+        table, named = self.plan[name]
+        named = [n for n, nbytes in zip(named, table[:, 2]) if nbytes > 0]
+        table = table[table[:, 2] > 0]
         if not len(table) or self.sessions < 2:
             return
-        session = np.tile(np.arange(self.sessions, dtype=np.int64), len(table))
         tensor = np.repeat(np.arange(len(table)), self.sessions)
+        session = np.where(table[tensor, 1] == 0, -1, np.tile(np.arange(self.sessions, dtype=np.int64), len(table)))
         begin = table[tensor, 0] + session * table[tensor, 1]
         end = begin + table[tensor, 2]
         o = np.lexsort((end, begin))
@@ -547,12 +589,12 @@ class _Verifier:
         bad = np.flatnonzero((begin[1:] < reach[:-1]) & (session[farthest[:-1]] != session[1:])) + 1
         if len(bad):
             i, j = int(bad[0]), int(farthest[bad[0] - 1])
-            named = [t["name"] for t in self.meta["tensors"] if t.get("arena") == name and int(t["bytes"]) > 0]
+            owner = lambda k: "every session (shared)" if session[k] < 0 else f"session {int(session[k])}"  # noqa: E731
             raise VerificationError(
-                f"the arena plan gives {name} arena bytes [{int(begin[i])}, {min(int(end[i]), int(end[j]))}) to session "
-                f"{int(session[i])} of tensor {named[tensor[i]]!r} and to session {int(session[j])} of tensor "
-                f"{named[tensor[j]]!r} (profile.json tensors): two sessions' data would share bytes. Give every "
-                "session's slot bytes of its own (offsets, session strides)"
+                f"the arena plan gives {name} arena bytes [{int(begin[i])}, {min(int(end[i]), int(end[j]))}) to "
+                f"{owner(i)} of tensor {named[tensor[i]]!r} and to {owner(j)} of tensor {named[tensor[j]]!r} "
+                "(profile.json tensors): two sessions' data would share bytes. Give every session's slot bytes of "
+                "its own (offsets, session strides)"
             )
 
     # ---- 3. footprints -------------------------------------------------------------------------
@@ -571,20 +613,36 @@ class _Verifier:
                     continue
                 self.check_access(acc)
                 out.append(acc)
-        for arena in (Arena.ACT, Arena.OUTPUT):
-            self.check_tensor_slots(arena, [a for a in out if a.arena == arena])
+        shared = {id(a) for arena in (Arena.ACT, Arena.OUTPUT)
+                  for a in self.check_tensor_slots(arena, [a for a in out if a.arena == arena])}
+        self.check_shared_producers(out, shared)
         return out
 
-    def check_tensor_slots(self, arena: int, accesses: list[Access]) -> None:
+    def check_shared_producers(self, accesses: list[Access], shared: set[int]) -> None:
+        """A cohort-shared tensor (session stride 0: every session reads it) is computed from shared data
+        only: a task writing one reads the weights arena or other shared tensors, never a session's input,
+        state or activations (which would hand one session's data to every session). ``shared``: the ids of
+        the act and output accesses inside shared tensors."""
+        producers = {a.row for a in accesses if a.write and id(a) in shared}
+        for a in accesses:
+            if a.row in producers and not a.write and a.arena != Arena.WEIGHTS and id(a) not in shared:
+                raise VerificationError(
+                    f"{self.name(a.row)} writes a tensor every session shares (session stride 0) but reads "
+                    f"{ARENA_NAMES[a.arena]} arena bytes of its sessions through input operand {a.operand}: one "
+                    "session's data would reach every session. Compute the shared tensor from weights and shared "
+                    "tensors only, or give it a slot per session"
+                )
+
+    def check_tensor_slots(self, arena: int, accesses: list[Access]) -> list[Access]:
         """Session isolation in the act and output arenas: session s of a task touches only session s's slot
-        of one tensor the arena plan (profile.json ``tensors``) puts there (a tensor of session stride 0 is
-        the same bytes for every session). Without it session s could read another session's activations
-        with every producer in place. Checked for all accesses at once: duplex:1b has 2,246 act tensors."""
+        of one tensor the arena plan (profile.json ``tensors``) puts there, or a tensor every session shares
+        (session stride 0: a value computed from weights alone, `check_shared_producers`). Without it session
+        s could read another session's activations with every producer in place. Checked for all accesses
+        at once (duplex:1b has 2,246 act tensors); returns the accesses inside shared tensors."""
         if not accesses:
-            return
+            return []
         name = ARENA_NAMES[arena]
-        table = np.array([(int(t["offset"]), int(t["session_stride"]), int(t["bytes"]))
-                          for t in self.meta.get("tensors", []) if t.get("arena") == name], np.int64).reshape(-1, 3)
+        table = self.plan[name][0]
         counts = [a.n_sessions for a in accesses]
         which = np.repeat(np.arange(len(accesses)), counts)
         session = concat_ranges([a.sessions[0] for a in accesses], [a.sessions[1] for a in accesses])
@@ -592,13 +650,16 @@ class _Verifier:
         size = np.array([ELEM_BYTES * int(a.run_end[-1] - a.run_begin[0]) for a in accesses], np.int64)[which]
         lo = first + session * np.array([a.stride for a in accesses], np.int64)[which]
         inside = np.zeros(len(lo), bool)
+        in_shared = np.zeros(len(lo), bool)
         for stride in np.unique(table[:, 1]):
             off, nbytes = table[table[:, 1] == stride, 0], table[table[:, 1] == stride, 2]
             o = np.argsort(off)
             off, reach = off[o], np.maximum.accumulate((off + nbytes)[o])  # the farthest end of tensors at or before
             at = lo - session * stride  # where session s's bytes sit in session 0's layout
             i = np.searchsorted(off, at, side="right") - 1
-            inside |= (i >= 0) & (reach[np.maximum(i, 0)] >= at + size)
+            hit = (i >= 0) & (reach[np.maximum(i, 0)] >= at + size)
+            inside |= hit
+            in_shared |= hit if stride == 0 else False
         bad = np.flatnonzero(~inside)
         if len(bad):
             acc, s = accesses[int(which[bad[0]])], int(session[bad[0]])
@@ -609,6 +670,8 @@ class _Verifier:
                 f"of one {name} tensor of the arena plan (profile.json tensors): a task of session s may touch only "
                 "session s's bytes. Fix the operand's offset or session stride"
             )
+        return [a for a, all_shared in zip(accesses, np.logical_and.reduceat(in_shared, np.cumsum([0, *counts[:-1]])))
+                if all_shared]
 
     def check_budget(self, incidences: int, bound: str = "") -> None:
         if self.max_incidences and incidences > self.max_incidences:
@@ -869,6 +932,11 @@ class _Verifier:
                 hi = np.maximum(self.task_id[a[bad]], self.task_id[b[bad]])
                 i = bad[np.lexsort((hi, lo))[0]]
                 self.race_error(arena, g, hb, int(a[i]), int(b[i]), int(grp_of[i]), acc_task, acc_write)
+            # Ordered, and by transitivity along each chain in program order if every checked pair is.
+            back = np.flatnonzero(self.phase_rank[a] > self.phase_rank[b]) if not self.phases_interleave else a[:0]
+            if len(back):
+                i = int(back[0])
+                self.raise_out_of_order(arena, *g.byte_range(int(g.rep[grp_of[i]])), int(a[i]), int(b[i]))
         cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
         return cat(r_acc), cat(r_grp), cat(r_last), sets, final
 
@@ -892,6 +960,33 @@ class _Verifier:
             f"race ({kind}) on {self.where(arena, b0, b1)}: {self.name(ra)} and "
             f"{self.name(rb)}: {verbs}, and neither happens before the other. Make {self.short(then)} wait on "
             f"counter {int(self.signal[first])} (signalled by {self.short(first)}), or give them disjoint bytes"
+        )
+
+    @functools.cached_property
+    def phase_rank(self) -> np.ndarray:
+        """Per payload row: its phase's rank in program order. Phases are ordered by their lowest task id:
+        wavec.emit numbers tasks in program order, phase after phase."""
+        keys, inverse = np.unique(self.phase, return_inverse=True)
+        first = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first, inverse.ravel(), self.task_id)
+        rank = np.empty(len(keys), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(keys))
+        return rank[inverse.ravel()]
+
+    @functools.cached_property
+    def phases_interleave(self) -> bool:
+        """Whether some phase's task ids are not contiguous in program order (a hand-written phase table):
+        then `phase_rank` does not say which of two tasks the program runs first."""
+        return bool((np.diff(self.phase_rank[np.argsort(self.task_id)]) < 0).any())
+
+    def raise_out_of_order(self, arena: int, b0: int, b1: int, first: int, then: int) -> None:
+        """Raises for rows ``first`` and ``then``, touching arena bytes [b0, b1) (one writing), where ``first``
+        happens before ``then`` although the program runs ``then``'s phase first."""
+        raise VerificationError(
+            f"{self.name(first)} happens before {self.name(then)}, though its phase comes later in program order, "
+            f"and both touch {self.where(arena, b0, b1)}, one writing: the beat would not compute what the "
+            f"program does. Make {self.short(first)} wait on counter {int(self.signal[then])} (signalled by "
+            f"{self.short(then)}), or fix the worker order"
         )
 
     CARRIED = -2  # pseudo-phase of a state byte nobody wrote yet this beat: the previous beat's value

@@ -70,20 +70,15 @@ class PhaseProof:
         self.min_clock, self.last_pos = self._phase_clocks()
 
     def _phase_ranks(self) -> np.ndarray:
-        """Per payload row: its phase's rank in program order (phases ordered by their lowest task id)."""
-        keys, inverse = np.unique(self.v.phase, return_inverse=True)
-        first = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(first, inverse.ravel(), self.v.task_id)
-        rank = np.empty(len(keys), np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(keys))
-        rank = rank[inverse.ravel()]
-        if (np.diff(rank[np.argsort(self.v.task_id)]) < 0).any():
+        """Per payload row: its phase's rank in program order (`_Verifier.phase_rank`), which the proof
+        needs to be well defined."""
+        if self.v.phases_interleave:
             raise VerificationTooLarge(
                 "the phases interleave in program order (task ids): the phase-level proof takes a phase's place "
                 "in the program from its tasks' ids, which wavec.emit numbers phase after phase; verify at task "
                 "level (`wavec verify --level task`)"
             )
-        return rank
+        return self.v.phase_rank
 
     def _phase_clocks(self) -> tuple[np.ndarray, np.ndarray]:
         """Per phase and worker: the least clock over the phase's tasks, and the position of its last task
@@ -279,13 +274,7 @@ class PhaseProof:
                 i = int(behind[0])
                 grp = int(mg[i])
                 then = int(self.acc_task[ma[then_mask & (mg == grp)][np.argmax(pos[then_mask & (mg == grp)])]])
-                first = int(self.acc_task[ma[i]])
-                raise VerificationError(
-                    f"{self.v.name(first)} happens before {self.v.name(then)}, though its phase comes later in program "
-                    f"order, and both touch {self.v.where(arena, *g.byte_range(int(g.rep[grp])))}, one writing: the "
-                    f"beat would not compute what the program does. Make {self.v.short(first)} wait on counter "
-                    f"{int(self.v.signal[then])} (signalled by {self.v.short(then)}), or fix the worker order"
-                )
+                self.v.raise_out_of_order(arena, *g.byte_range(int(g.rep[grp])), int(self.acc_task[ma[i]]), then)
 
     # ---- 5 and 7 on the phases' views -------------------------------------------------------------
     def dataflow(self, arena: int, flow: _PhaseFlow) -> None:
