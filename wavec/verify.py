@@ -10,8 +10,9 @@ the arena, the byte range, the kind of conflict and what to do):
    only where a select's condition holds) only for a task whose input k is its output; tiles lie inside the cohort
    and the iteration space; operand arenas exist; offsets and session strides are multiples of 4; the
    input, output and state bindings lie inside their arenas and do not overlap each other; profile.json's
-   phases place every task in one phase; the arena plan (profile.json ``tensors``) gives no byte of the ACT
-   or OUTPUT arena to two sessions.
+   phases place every task in one phase; profile.json ``tensors`` (the arena plan) is well formed, inside
+   the arenas, and gives no byte of the ACT or OUTPUT arena to two sessions (or to one session and the
+   tensors all sessions share).
 2. happens-before (wavec.analysis.happens_before): every wait has exactly ``wait_count`` signallers, no
    task waits on or signals the end-of-beat counter 0, and worker order plus waits form no cycle.
 3. footprints (wavec.analysis.footprints): every byte an operand touches lies inside its arena (INPUT and
@@ -19,14 +20,17 @@ the arena, the byte range, the kind of conflict and what to do):
    an operand in the STATE arena touches, for each session s of its task, only slot s of one state; no
    task writes one byte twice (two sessions or two output elements onto one byte); session s of a task
    reads, in the INPUT arena, only session s's frame of one input or its reset flag, and touches, in the
-   ACT and OUTPUT arenas, only session s's slot of one tensor of the arena plan. Then uniform tiles:
+   ACT and OUTPUT arenas, only session s's slot of one tensor of the arena plan or a tensor every session
+   shares (session stride 0), which only the weights and shared tensors feed. Then uniform tiles:
    the tasks of one phase that write one output view run equal parameters and read the same input
    views (tiles of one op differ only in their bounds), so a tile cannot read a stale tensor, another
    arena or another session stride that its siblings do not.
 4. races: every two tasks that touch a common byte, at least one writing, are ordered by happens-before
    (checked in linear time per distinct access set: its writers form a chain, every other task sits
-   between two consecutive writers); no byte is written by two tasks of one phase; a task reads bytes it
-   writes only through an identical elementwise view (else its own threads race).
+   between two consecutive writers), and in program order: a task of a later phase never happens before
+   one of an earlier phase it conflicts with (a recycled buffer overwritten before its reader read it);
+   no byte is written by two tasks of one phase; a task reads bytes it writes only through an identical
+   elementwise view (else its own threads race).
 5. dataflow: every ACT or OUTPUT byte a task reads was written earlier in the same beat; and for each
    view one phase reads (operand k at one offset and session stride: one tensor, across the phase's
    session and element tiles) the last writers of everything read belong to one phase (a STATE byte not yet
