@@ -785,13 +785,8 @@ class _Verifier:
     def races_and_dataflow(self, hb: HappensBefore) -> tuple[int, bool, int]:
         """Checks 4 and 5 on ``self.accesses``. Returns (conflicting pairs, whether that count is exact, word
         intervals)."""
-        accesses = self.accesses
-        acc_task = np.array([a.row for a in accesses], np.int64)
-        acc_write = np.array([a.write for a in accesses], bool)
-        acc_op = self.acc_op
-        # Per access (check 7 reads them too): its task row, whether it writes, and its task's phase.
-        self.acc_task, self.acc_write = acc_task, acc_write
-        self.acc_phase = self.phase[acc_task]
+        accesses, acc_task, acc_write, acc_op = self.accesses, self.acc_task, self.acc_write, self.acc_op
+        self.acc_phase = self.phase[acc_task]  # per access, for check 7
         total_intervals = total_incidences = 0
         scans = []
         for arena in SHARED_ARENAS:
@@ -824,6 +819,16 @@ class _Verifier:
     def acc_op(self) -> np.ndarray:
         """Per access of ``self.accesses``: its operand slot (OUT for the output)."""
         return np.array([a.operand for a in self.accesses], np.int64)
+
+    @functools.cached_property
+    def acc_task(self) -> np.ndarray:
+        """Per access of ``self.accesses``: its task's payload row."""
+        return np.array([a.row for a in self.accesses], np.int64)
+
+    @functools.cached_property
+    def acc_write(self) -> np.ndarray:
+        """Per access of ``self.accesses``: whether it writes (the output operand)."""
+        return np.array([a.write for a in self.accesses], bool)
 
     @functools.cached_property
     def in_place_ok(self) -> np.ndarray:

@@ -59,8 +59,7 @@ class PhaseProof:
         self.slots = SlotMap(verifier.meta, accesses, shared)
         self.rank = self._phase_ranks()
         self.n_phases = int(self.rank.max()) + 1 if len(self.rank) else 0
-        self.acc_task = np.array([a.row for a in accesses], np.int64)
-        self.acc_write = np.array([a.write for a in accesses], bool)
+        self.acc_task, self.acc_write = verifier.acc_task, verifier.acc_write
         self.acc_arena = np.array([a.arena for a in accesses], np.int64)
         self.acc_rank = self.rank[self.acc_task]
         mine = np.flatnonzero(np.isin(self.acc_arena, shared))
@@ -167,7 +166,7 @@ class PhaseProof:
         if len(twice):
             i = int(twice[0])
             raise VerificationError(
-                f"{self.v.name(t.row(g.member_acc[i]))} writes {self.where(t, g.member_group[i], 0)} in two of its "
+                f"{self.v.name(t.row(g.member_acc[i]))} writes {self.where(t.arena, t.g, g.member_group[i], 0)} in two of its "
                 "sessions: its output session_stride is smaller than one session's footprint (write-after-write)"
             )
         clash = np.flatnonzero(t.w_begin[1:] < np.maximum.accumulate(t.w_end)[:-1]) + 1
@@ -177,7 +176,7 @@ class PhaseProof:
             a, b = t.w_acc[j], t.w_acc[i]
             raise VerificationError(
                 f"{self.v.name(t.row(a))} and {self.v.name(t.row(b))}, two tasks of one phase, both write "
-                f"{self.where(t, t.w_group[i], max(t.sb[a], t.sb[b]))} (write-after-write): each element must be "
+                f"{self.where(t.arena, t.g, t.w_group[i], max(t.sb[a], t.sb[b]))} (write-after-write): each element must be "
                 "produced by exactly one task of its phase; fix the tile bounds or output offsets"
             )
 
@@ -198,7 +197,7 @@ class PhaseProof:
         for i in np.flatnonzero(r_row == w_row):
             if not self.v.same_view_as_output(self.accesses[int(t.idx[reader[i]])]):
                 raise VerificationError(
-                    f"{self.v.name(int(r_row[i]))} reads {self.where(t, grp[i], t.sb[reader[i]])} through input operand "
+                    f"{self.v.name(int(r_row[i]))} reads {self.where(t.arena, t.g, grp[i], t.sb[reader[i]])} through input operand "
                     f"{self.accesses[int(t.idx[reader[i]])].operand} and also writes them through a different view "
                     "(its output): threads of one task would race on them (in place is safe only for an elementwise "
                     "op whose input view is its output view). Give the output bytes of its own"
@@ -206,7 +205,7 @@ class PhaseProof:
         other = np.flatnonzero(r_row != w_row)
         for i in other[~self.hb.before(r_row[other], w_row[other])]:
             r, w = int(r_row[i]), int(w_row[i])
-            span = self.span(t, grp[i], max(t.sb[reader[i]], t.sb[writer[i]]))
+            span = self.span(t.arena, t.g, grp[i], max(t.sb[reader[i]], t.sb[writer[i]]))
             if self.hb.before(w, r):
                 raise VerificationTooLarge(
                     f"{self.v.name(r)} reads {self.v.where(t.arena, *span)}, which {self.v.short(w)} of its own phase "
@@ -232,7 +231,7 @@ class PhaseProof:
         if len(bad):
             i = int(bad[0])
             acc = self.accesses[int(t.idx[g.member_acc[o[i]]])]
-            raise _PartialView(t.arena, f"phase {self.v.phase_label(acc.row)} touches {self.where(t, blk[i] % len(g.rep), 0)} "
+            raise _PartialView(t.arena, f"phase {self.v.phase_label(acc.row)} touches {self.where(t.arena, t.g, blk[i] % len(g.rep), 0)} "
                                f"through operand {acc.operand} in some of the cohort's {width - 1} sessions only")
 
     # ---- B: phases in program order -----------------------------------------------------------------
@@ -285,7 +284,7 @@ class PhaseProof:
             i = int(np.flatnonzero(source < 0)[0])
             row, session = self.witness(flow, rg[i], rv[i])
             raise VerificationError(
-                f"{self.v.name(row)} reads {self.where_words(arena, g, rg[i], session)} through input operand "
+                f"{self.v.name(row)} reads {self.where(arena, g, rg[i], session)} through input operand "
                 f"{int(views.operand[rv[i]])}, but no task writes those bytes earlier in the beat (they hold another "
                 "tensor or garbage): a wait is missing, a tile leaves a gap, or the operand offset is wrong"
             )
@@ -306,8 +305,8 @@ class PhaseProof:
 
         raise VerificationError(
             f"{self.v.name(row_i)} and its phase read a mix of two producers through input operand "
-            f"{int(views.operand[rv[i]])}: {self.where_words(arena, g, rg[i], s_i)} (read by {self.v.short(row_i)}) "
-            f"was last written by {source_name(i)}, but {self.where_words(arena, g, rg[j], s_j)} (read by "
+            f"{int(views.operand[rv[i]])}: {self.where(arena, g, rg[i], s_i)} (read by {self.v.short(row_i)}) "
+            f"was last written by {source_name(i)}, but {self.where(arena, g, rg[j], s_j)} (read by "
             f"{self.v.short(row_j)}) by {source_name(j)}: an output offset (or the arena plan) puts one tensor where "
             "another is read, or a tile of the producer is missing"
         )
@@ -339,15 +338,12 @@ class PhaseProof:
                 return acc.row, session
         raise AssertionError(f"no access of phase {rank} covers slot word {word}")  # views are their accesses' union
 
-    def span(self, t: _Tiles, group: int, session: int) -> tuple[int, int]:
-        """Arena bytes of session ``session``'s copy of ``group``'s first word segment."""
-        return self.slots.arena_bytes(t.arena, *t.g.byte_range(int(t.g.rep[group])), int(session))
+    def span(self, arena: int, g: AccessGroups, group: int, session: int) -> tuple[int, int]:
+        """Arena bytes of session ``session``'s copy of the first word segment of ``g``'s group ``group``."""
+        return self.slots.arena_bytes(arena, *g.byte_range(int(g.rep[group])), int(session))
 
-    def where(self, t: _Tiles, group: int, session: int) -> str:
-        return self.v.where(t.arena, *self.span(t, group, session))
-
-    def where_words(self, arena: int, g: AccessGroups, group: int, session: int) -> str:
-        return self.v.where(arena, *self.slots.arena_bytes(arena, *g.byte_range(int(g.rep[group])), int(session)))
+    def where(self, arena: int, g: AccessGroups, group: int, session: int) -> str:
+        return self.v.where(arena, *self.span(arena, g, group, session))
 
 
 class _PartialView(Exception):
@@ -392,9 +388,10 @@ class _PhaseViews:
         o = np.lexsort((begins, view))
         view, b, e = view[o], begins[o], ends[o]
         # Each view's runs merged apart from the others': its words lifted past every word of the views before.
-        shift = view * (int(e.max()) + 1) if int(view.max()) * (int(e.max()) + 1) < 1 << 62 else None
-        if shift is None:
-            raise VerificationTooLarge(f"slot words up to {int(e.max()):,}: beyond the phase-level proof's arithmetic")
+        scale = int(e.max()) + 1
+        if int(view.max()) * scale >= 1 << 62:
+            raise VerificationTooLarge(f"slot words up to {scale:,}: beyond the phase-level proof's arithmetic")
+        shift = view * scale
         reach = np.maximum.accumulate(e + shift)
         new = np.r_[True, b[1:] + shift[1:] > reach[:-1]]
         end = reach[np.r_[np.flatnonzero(new)[1:] - 1, len(b) - 1]] - shift[new]
