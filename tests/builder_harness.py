@@ -1,12 +1,21 @@
 """Shared by test_builder.py and test_zoo.py: run a builder Model on `interp` for a cohort whose sessions
 join late (and some rejoin), and compare every output with the float64 numpy reference
-(wavec/frontends/builder/reference.py) run with the same joins."""
+(wavec/frontends/builder/reference.py) run with the same joins. Also the barrier-schedule pipeline the
+verifier's tests compile with."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from wavec.frontends.builder.reference import Reference
+
+
+def barrier_pipeline(sessions: int, workers: int) -> str:
+    """The default pipeline with a barrier between phases (``wpk-schedule{granularity=phase}``), the schedule
+    of programs too large for tile-level dependencies (duplex:1b and up)."""
+    from wavec.driver import default_pipeline
+
+    return default_pipeline(sessions, workers).replace("wpk-schedule{", "wpk-schedule{granularity=phase ")
 
 
 def staggered_reset(sessions: int, beats: int) -> np.ndarray:

@@ -19,25 +19,21 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import mutations as mut  # noqa: E402
+from builder_harness import barrier_pipeline  # noqa: E402
 from profile_builder import ProfileBuilder  # noqa: E402
 from test_verify import ewise, row_of, state_profile  # noqa: E402
 
 from wavec import zoo  # noqa: E402
-from wavec.driver import default_pipeline  # noqa: E402
 from wavec.errors import VerificationError, VerificationTooLarge  # noqa: E402
 from wavec.verify import verify_profile  # noqa: E402
 
 SESSIONS, WORKERS = 3, 4
 
 
-def barrier_pipeline() -> str:
-    return default_pipeline(SESSIONS, WORKERS).replace("wpk-schedule{", "wpk-schedule{granularity=phase ")
-
-
 @pytest.mark.parametrize("name", ["gru_stack", "lstm_stack", "transformer", "codec_decoder", "mamba_hybrid", "duplex"])
 def test_every_zoo_model_proves_at_both_levels_in_slot_words(name):
     model = zoo.get(f"{name}:tiny")
-    for schedule, pipeline in (("tile", None), ("barrier", barrier_pipeline())):
+    for schedule, pipeline in (("tile", None), ("barrier", barrier_pipeline(SESSIONS, WORKERS))):
         profile = model.compile(sessions=SESSIONS, workers=WORKERS, pipeline=pipeline)
         assert verify_profile(profile, level="task").level == "task"
         report = verify_profile(profile, level="phase")

@@ -51,9 +51,10 @@ dataflow on phases in one session's words); level "task" raises `VerificationToo
 them, naming the count.
 
 A phase is a named group of tasks from ``meta["phases"]``: its ``tasks`` are a list of task ids, or a count
-(as wavec.emit writes: task ids follow program order, so phase i holds the next ``tasks`` ids) when the
-counts add up to the number of tasks; otherwise the tasks that signal one phase-wide counter
-(``signal_phase``), or one ``signal`` counter when they have none.
+(as wavec.emit writes: task ids follow program order, so phase i holds the next ``tasks`` ids); the table
+must place every task in exactly one phase (check 1). A profile that lists no phases (a hand-built one)
+groups the tasks that signal one phase-wide counter (``signal_phase``), or one ``signal`` counter when they
+have none. Program order ranks phases by their lowest task id.
 """
 
 from __future__ import annotations
@@ -573,7 +574,7 @@ class _Verifier:
         """No byte of the arena plan (profile.json ``tensors`` in ``arena``) belongs to two sessions: slot s of
         one tensor may share bytes with slot s of another (recycling within a session), never with a slot of
         another session; a tensor every session shares (session stride 0) may share bytes with other shared
-        ones only. `check_tensor_slots` then holds every task of session s to bytes of session s and shared
+        ones only. `check_session_slots` then holds every task of session s to bytes of session s and shared
         bytes. One sweep over the slots in address order: the first slot to overlap one of another owner
         overlaps the farthest-reaching slot before it, which is of that other owner."""
         name = ARENA_NAMES[arena]
@@ -617,8 +618,10 @@ class _Verifier:
                     continue
                 self.check_access(acc)
                 out.append(acc)
+        self.check_session_slots(Arena.STATE, [a for a in out if a.arena == Arena.STATE])
+        self.check_session_slots(Arena.INPUT, [a for a in out if a.arena == Arena.INPUT and not a.write])
         shared = {id(a) for arena in (Arena.ACT, Arena.OUTPUT)
-                  for a in self.check_tensor_slots(arena, [a for a in out if a.arena == arena])}
+                  for a in self.check_session_slots(arena, [a for a in out if a.arena == arena])}
         self.check_shared_producers(out, shared)
         return out
 
@@ -637,16 +640,27 @@ class _Verifier:
                     "tensors only, or give it a slot per session"
                 )
 
-    def check_tensor_slots(self, arena: int, accesses: list[Access]) -> list[Access]:
-        """Session isolation in the act and output arenas: session s of a task touches only session s's slot
-        of one tensor the arena plan (profile.json ``tensors``) puts there, or a tensor every session shares
-        (session stride 0: a value computed from weights alone, `check_shared_producers`). Without it session
-        s could read another session's activations with every producer in place. Checked for all accesses
-        at once (duplex:1b has 2,246 act tensors); returns the accesses inside shared tensors."""
+    @functools.cached_property
+    def binding_table(self) -> dict[int, np.ndarray]:
+        """[offset, session stride, bytes] rows (int64) of the state bindings, and of the input bindings and
+        the reset flag: the slots `check_session_slots` holds those arenas' accesses to."""
+        def table(specs: list[dict]) -> np.ndarray:
+            return np.array([(int(t["offset"]), int(t["session_stride"]),
+                              ELEM_BYTES * int(np.prod(t.get("shape", ()), dtype=np.int64))) for t in specs],
+                            np.int64).reshape(-1, 3)
+        inputs = [*self.meta.get("inputs", []), *([self.meta["reset"]] if self.meta.get("reset") else [])]
+        return {Arena.STATE: table(self.meta.get("states", [])), Arena.INPUT: table(inputs)}
+
+    def check_session_slots(self, arena: int, accesses: list[Access]) -> list[Access]:
+        """Session isolation: session s of a task touches only session s's slot of one entry of its arena's
+        table (STATE: a state binding; INPUT, reads: an input's frame or the reset flag; ACT and OUTPUT: a
+        tensor of the arena plan, profile.json ``tensors``, or a tensor every session shares, session stride
+        0: a value computed from weights alone, `check_shared_producers`). Without it session s could read
+        another session's state, audio or activations with every producer in place. Checked for all accesses
+        of the arena at once (duplex:1b has 2,246 act tensors); returns those inside shared tensors."""
         if not accesses:
             return []
-        name = ARENA_NAMES[arena]
-        table = self.plan[name][0]
+        table = self.binding_table[arena] if arena in (Arena.STATE, Arena.INPUT) else self.plan[ARENA_NAMES[arena]][0]
         counts = [a.n_sessions for a in accesses]
         which = np.repeat(np.arange(len(accesses)), counts)
         session = concat_ranges([a.sessions[0] for a in accesses], [a.sessions[1] for a in accesses])
@@ -658,7 +672,7 @@ class _Verifier:
         for stride in np.unique(table[:, 1]):
             off, nbytes = table[table[:, 1] == stride, 0], table[table[:, 1] == stride, 2]
             o = np.argsort(off)
-            off, reach = off[o], np.maximum.accumulate((off + nbytes)[o])  # the farthest end of tensors at or before
+            off, reach = off[o], np.maximum.accumulate((off + nbytes)[o])  # the farthest end of entries at or before
             at = lo - session * stride  # where session s's bytes sit in session 0's layout
             i = np.searchsorted(off, at, side="right") - 1
             hit = (i >= 0) & (reach[np.maximum(i, 0)] >= at + size)
@@ -666,16 +680,32 @@ class _Verifier:
             in_shared |= hit if stride == 0 else False
         bad = np.flatnonzero(~inside)
         if len(bad):
-            acc, s = accesses[int(which[bad[0]])], int(session[bad[0]])
-            what = "output" if acc.operand == OUT else f"input operand {acc.operand}"
-            span = self.where(arena, int(lo[bad[0]]), int(lo[bad[0]] + size[bad[0]]))
-            raise VerificationError(
-                f"{self.name(acc.row)}: {what} of session {s} touches {span}, which is not inside session {s}'s slot "
-                f"of one {name} tensor of the arena plan (profile.json tensors): a task of session s may touch only "
-                "session s's bytes. Fix the operand's offset or session stride"
-            )
+            acc, s, b0 = accesses[int(which[bad[0]])], int(session[bad[0]]), int(lo[bad[0]])
+            raise VerificationError(self.slot_violation(arena, acc, s, b0, b0 + int(size[bad[0]])))
         return [a for a, all_shared in zip(accesses, np.logical_and.reduceat(in_shared, np.cumsum([0, *counts[:-1]])))
                 if all_shared]
+
+    def slot_violation(self, arena: int, acc: Access, s: int, b0: int, b1: int) -> str:
+        """Why ``acc``'s session ``s``, touching arena bytes [b0, b1), breaks `check_session_slots`."""
+        what = "output" if acc.operand == OUT else f"input operand {acc.operand}"
+        if arena == Arena.STATE:
+            return (
+                f"{self.name(acc.row)}: {what} of session {s} touches state arena bytes [{b0}, {b1}), which is not "
+                f"inside slot {s} of one state ({self.slot_owner(b0)}): a task of session s may touch only slot s. "
+                "Fix the operand's offset (session 0's slot) or session stride (the state's)"
+            )
+        if arena == Arena.INPUT:
+            return (
+                f"{self.name(acc.row)}: {what} of session {s} reads {self.where(arena, b0, b1)}, which is not inside "
+                f"session {s}'s frame of one input or its reset flag: a task of session s may read only session s's "
+                "input. Fix the operand's offset, session stride or tile bounds"
+            )
+        name = ARENA_NAMES[arena]
+        return (
+            f"{self.name(acc.row)}: {what} of session {s} touches {self.where(arena, b0, b1)}, which is not inside "
+            f"session {s}'s slot of one {name} tensor of the arena plan (profile.json tensors): a task of session s "
+            "may touch only session s's bytes. Fix the operand's offset or session stride"
+        )
 
     def check_budget(self, incidences: int, bound: str = "") -> None:
         if self.max_incidences and incidences > self.max_incidences:
@@ -708,10 +738,7 @@ class _Verifier:
                 "Give the output a per-session stride"
             )
         if arena == Arena.STATE:
-            self.check_slots(acc, *acc.byte_extent())
-            return
-        if arena == Arena.INPUT and not acc.write:
-            self.check_input_slots(acc, *acc.byte_extent())
+            return  # inside a state's slot, which lies inside the arena (check_session_slots, bindings)
         size = self.arena_bytes[arena]
         shifts = (acc.sessions[0] * acc.stride, (acc.sessions[1] - 1) * acc.stride)  # the extreme sessions' bases
         first, last = acc.offset + ELEM_BYTES * int(acc.run_begin[0]), acc.offset + ELEM_BYTES * int(acc.run_end[-1])
@@ -723,53 +750,6 @@ class _Verifier:
                 f"{self.name(r)}: {what} of session {s} touches {an} arena bytes [{int(lo[bad[0]])}, {int(hi[bad[0]])}), "
                 f"outside the arena of {size} bytes" + (" (one half of the double buffer)" if arena in (Arena.INPUT, Arena.OUTPUT) else "")
                 + ": fix the operand's offset, session stride or tile bounds"
-            )
-
-    @functools.cached_property
-    def slot_tables(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(offsets, session strides, bytes) of the state bindings, and of the input and reset bindings."""
-        def table(specs: list[dict]):
-            rows = [(int(t["offset"]), int(t["session_stride"]), ELEM_BYTES * int(np.prod(t.get("shape", ()), dtype=np.int64)))
-                    for t in specs]
-            return tuple(np.array(column, np.int64) for column in np.array(rows, np.int64).reshape(-1, 3).T)
-        inputs = [*self.meta.get("inputs", []), *([self.meta["reset"]] if self.meta.get("reset") else [])]
-        return {"states": table(self.meta.get("states", [])), "inputs": table(inputs)}
-
-    def inside_own_slot(self, which: str, sessions: tuple[int, int], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Per session s of ``sessions``: whether bytes [lo, hi) lie inside session s's slot of one binding of
-        ``slot_tables[which]``."""
-        off, stride, nbytes = self.slot_tables[which]
-        base = off[None, :] + np.arange(*sessions, dtype=np.int64)[:, None] * stride[None, :]
-        return ((lo[:, None] >= base) & (hi[:, None] <= base + nbytes[None, :])).any(axis=1)
-
-    def check_slots(self, acc: Access, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Slot isolation: session s of the task touches only slot s of one state."""
-        bad = np.flatnonzero(~self.inside_own_slot("states", acc.sessions, lo, hi))
-        if len(bad):
-            i = int(bad[0])
-            s = acc.sessions[0] + i
-            owner = self.slot_owner(int(lo[i]))
-            raise VerificationError(
-                f"{self.name(acc.row)}: {'output' if acc.operand == OUT else f'input operand {acc.operand}'} of session "
-                f"{s} touches state arena bytes [{int(lo[i])}, {int(hi[i])}), which is not inside slot {s} "
-                f"of one state ({owner}): a task of session s may touch only slot s. Fix the operand's offset "
-                "(session 0's slot) or session stride (the state's)"
-            )
-
-    def check_input_slots(self, acc: Access, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Session isolation in the input arena: session s of a task reads only session s's frame of one
-        input, or session s's reset flag (another session's frame is another stream's audio)."""
-        if not len(self.slot_tables["inputs"][0]):
-            return
-        bad = np.flatnonzero(~self.inside_own_slot("inputs", acc.sessions, lo, hi))
-        if len(bad):
-            i = int(bad[0])
-            s = acc.sessions[0] + i
-            raise VerificationError(
-                f"{self.name(acc.row)}: input operand {acc.operand} of session {s} reads "
-                f"{self.where(Arena.INPUT, int(lo[i]), int(hi[i]))}, which is not inside session {s}'s frame of "
-                "one input or its reset flag: a task of session s may read only session s's input. Fix the operand's "
-                "offset, session stride or tile bounds"
             )
 
     def slot_owner(self, byte: int) -> str:
